@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"unicode"
+
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
+)
+
+// timeline prints events as a compact, human-readable run timeline.
+type timeline struct {
+	w        io.Writer
+	currency string
+}
+
+// clean makes text from models and tools safe for a terminal: control
+// characters (including ANSI escapes) become spaces, and it is cut to n runes.
+func clean(s string, n int) string {
+	var b strings.Builder
+	count := 0
+	for _, r := range s {
+		if count >= n {
+			b.WriteString("…")
+			break
+		}
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+			r = ' '
+		}
+		b.WriteRune(r)
+		count++
+	}
+	return b.String()
+}
+
+func money(micros int64, cur string) string {
+	if cur == "" {
+		cur = "?"
+	}
+	return fmt.Sprintf("%d.%04d %s", micros/1_000_000, (micros%1_000_000)/100, cur)
+}
+
+func (t *timeline) event(ev *store.Event) {
+	w := t.w
+	switch ev.Type {
+	case trace.EvRunStarted:
+		var p trace.RunStarted
+		_ = json.Unmarshal(ev.Payload, &p)
+		var b struct {
+			MaxCost struct{ Currency string } `json:"max_cost"`
+		}
+		_ = json.Unmarshal(p.Budgets, &b)
+		t.currency = b.MaxCost.Currency
+		fmt.Fprintf(w, "run %s  %s@%d  tenant=%s user=%s  model=%s\n", ev.RunID, p.Agent, p.AgentVersion, p.Tenant, p.User, p.ModelAlias)
+		fmt.Fprintf(w, "  task    %s\n", clean(p.Task, 200))
+	case trace.EvStepStarted:
+		fmt.Fprintf(w, "  step %d\n", ev.Step)
+	case trace.EvModelCall:
+		var p trace.ModelCall
+		_ = json.Unmarshal(ev.Payload, &p)
+		if p.Error != "" {
+			fmt.Fprintf(w, "    model  %s  error: %s\n", p.Alias, clean(p.Error, 200))
+			return
+		}
+		cost := "cost unknown"
+		if p.CostKnown {
+			cost = money(p.CostMicros, p.Currency)
+		}
+		u := p.Response.Usage
+		fmt.Fprintf(w, "    model  %s  in=%d out=%d  %s  %dms\n", p.Alias, u.TotalInput(), u.OutputTokens, cost, p.LatencyMS)
+		if txt := strings.TrimSpace(p.Response.Text()); txt != "" {
+			fmt.Fprintf(w, "           %q\n", clean(txt, 160))
+		}
+	case trace.EvToolAttempt:
+		var p trace.ToolAttempt
+		_ = json.Unmarshal(ev.Payload, &p)
+		args := p.Args.Text
+		if p.Args.IsBlob() {
+			args = p.Args.Preview + "…"
+		}
+		verdict := "allowed"
+		if !p.Decision.Allowed {
+			verdict = "DENIED by " + p.Decision.Control + ": " + clean(p.Decision.Reason, 120)
+		}
+		fmt.Fprintf(w, "    call   %s %s  [%s] key=%s\n", p.Tool, clean(args, 120), verdict, p.IdempotencyKey)
+	case trace.EvToolResult:
+		var p trace.ToolResult
+		_ = json.Unmarshal(ev.Payload, &p)
+		out := p.Output.Text
+		if p.Output.IsBlob() {
+			out = p.Output.Preview
+		}
+		extra := ""
+		if p.Truncated {
+			extra = "  (truncated: model sees a handle + preview)"
+		}
+		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, clean(out, 100), extra)
+	case trace.EvLoopNote:
+		var p trace.LoopNote
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "    note   [%s] %s\n", p.Reason, clean(p.Text, 160))
+	case trace.EvSignal:
+		var p trace.Signal
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "    signal %s %s\n", p.Kind, clean(string(p.Payload), 120))
+	case trace.EvBudget:
+		var p trace.Budget
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "  budget  %s reached (limit %d, value %d)\n", p.Bound, p.Limit, p.Value)
+	case trace.EvRunCompleted, trace.EvRunFailed:
+		var p trace.RunEnded
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "  end     %s", p.Status)
+		if p.Reason != "" {
+			fmt.Fprintf(w, " (%s)", clean(p.Reason, 200))
+		}
+		fmt.Fprintln(w)
+		if p.Result != "" {
+			fmt.Fprintf(w, "  result  %s\n", clean(p.Result, 400))
+		}
+	default:
+		fmt.Fprintf(w, "  %s\n", ev.Type)
+	}
+}
+
+// jsonEvent is the JSON-lines form of an event (agentplane run --json, trace --json).
+type jsonEvent struct {
+	RunID    string          `json:"run_id"`
+	Seq      int64           `json:"seq"`
+	Type     string          `json:"type"`
+	Step     int             `json:"step"`
+	At       string          `json:"at"`
+	Payload  json.RawMessage `json:"payload"`
+	PrevHash string          `json:"prev_hash"`
+	Hash     string          `json:"hash"`
+}
+
+func toJSONEvent(ev *store.Event) jsonEvent {
+	return jsonEvent{RunID: ev.RunID, Seq: ev.Seq, Type: ev.Type, Step: ev.Step,
+		At: ev.At.Format("2006-01-02T15:04:05.000000Z07:00"), Payload: json.RawMessage(ev.Payload),
+		PrevHash: hex.EncodeToString(ev.PrevHash[:]), Hash: hex.EncodeToString(ev.Hash[:])}
+}

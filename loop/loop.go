@@ -1,0 +1,512 @@
+// Package loop is the agent loop: deterministic code over an engine.Env that
+// checks the four bounds, builds the context, calls the model through the
+// gateway, sends each proposed tool call through the broker, and records
+// everything in the run's event log. Because every input arrives through a
+// recorded event, re-running the loop over a run's log reproduces the run
+// without calling a model or a tool.
+package loop
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/agentplane/agentplane/broker"
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/internal/jsoncanon"
+	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/tool"
+	"github.com/agentplane/agentplane/trace"
+)
+
+// Budgets are the four bounds of a run.
+type Budgets struct {
+	MaxSteps       int         `json:"max_steps"`
+	MaxInputTokens int64       `json:"max_input_tokens"`
+	MaxCost        model.Money `json:"max_cost"`
+	MaxWallClockMS int64       `json:"max_wall_clock_ms"`
+}
+
+// Agent is a resolved, pinned agent version as the loop needs it.
+type Agent struct {
+	Name         string
+	Version      int
+	Hash         [32]byte
+	ModelAlias   string
+	Instructions string
+	Tools        []*tool.Manifest
+	Budgets      Budgets
+}
+
+// Resolver loads an agent version with the tool manifests it is granted.
+type Resolver func(ctx context.Context, name string, version int) (*Agent, error)
+
+// Models is the gateway as the loop uses it.
+type Models interface {
+	Complete(ctx context.Context, alias string, req *model.Request, a model.Attribution) (*model.CallResult, error)
+}
+
+// Options configure a Loop.
+type Options struct {
+	Resolve Resolver
+	Models  Models
+	Broker  *broker.Broker
+	// Tools loads pinned manifests by hash on resume and replay.
+	Tools store.ToolStore
+	// Rates converts call costs into the budget's currency (nil: same
+	// currency only).
+	Rates *model.Rates
+	// InlineLimit is the largest payload stored inside an event; larger ones
+	// go to the blob store (default 4096).
+	InlineLimit int
+	// PreviewBytes is the preview kept with a blob (default 512).
+	PreviewBytes int
+	// MaxResultBytes is the most tool output the model sees inline; a larger
+	// result reaches it as a handle plus preview (default 16384; a manifest's
+	// max_output_bytes lowers it).
+	MaxResultBytes int
+	// RepeatNote and RepeatStop are the loop-detection thresholds (3 and 5).
+	RepeatNote, RepeatStop int
+	Logger                 *slog.Logger
+}
+
+// Loop runs agents. Safe for concurrent use by many runs.
+type Loop struct{ o Options }
+
+// New validates options and returns a Loop.
+func New(o Options) (*Loop, error) {
+	if o.Resolve == nil || o.Models == nil || o.Broker == nil || o.Tools == nil {
+		return nil, errors.New("loop: Resolve, Models, Broker and Tools are required")
+	}
+	if o.InlineLimit <= 0 {
+		o.InlineLimit = 4096
+	}
+	if o.PreviewBytes <= 0 {
+		o.PreviewBytes = 512
+	}
+	if o.MaxResultBytes <= 0 {
+		o.MaxResultBytes = 16384
+	}
+	if o.RepeatNote <= 0 {
+		o.RepeatNote = 3
+	}
+	if o.RepeatStop <= 0 {
+		o.RepeatStop = 5
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Loop{o: o}, nil
+}
+
+// state is what the loop knows at a point of the log; it is rebuilt
+// identically on every replay.
+type state struct {
+	env         engine.Env
+	run         *store.Run
+	started     trace.RunStarted
+	startAt     int64 // micros
+	tools       map[string]*tool.Manifest
+	tr          *trace.Transcript
+	budgets     Budgets
+	steps       int
+	inTokens    int64
+	outTokens   int64
+	cost        int64
+	costUnknown bool
+	repeats     map[string]int
+}
+
+// Workflow is the engine.Workflow of the agent loop.
+func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, error) {
+	st, err := l.start(ctx, env)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	for step := 1; ; step++ {
+		sigs, err := env.Signals(ctx, step)
+		if err != nil {
+			return engine.Outcome{}, err
+		}
+		for _, ev := range sigs {
+			if err := st.tr.Add(ev); err != nil {
+				return engine.Outcome{}, err
+			}
+			var sg trace.Signal
+			_ = json.Unmarshal(ev.Payload, &sg)
+			if sg.Kind == "cancel" {
+				return l.end(ctx, st, step, store.StatusCancelled, "", "cancelled by request")
+			}
+		}
+		ss, err := env.Do(ctx, trace.EvStepStarted, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+			return json.Marshal(trace.StepStarted{Steps: st.steps, InputTokens: st.inTokens, CostMicros: st.cost,
+				ElapsedMS: (env.Now().UnixMicro() - st.startAt) / 1000})
+		})
+		if err != nil {
+			return engine.Outcome{}, err
+		}
+		elapsedMS := (ss.At.UnixMicro() - st.startAt) / 1000
+		if b := st.exceeded(elapsedMS); b != nil {
+			return l.finalCall(ctx, st, step, b)
+		}
+		resp, err := l.modelCall(ctx, st, step, false)
+		if err != nil {
+			return engine.Outcome{}, err
+		}
+		if resp == nil {
+			return l.end(ctx, st, step, store.StatusFailed, "", "the model call failed")
+		}
+		calls := resp.ToolCalls()
+		if len(calls) == 0 {
+			return l.end(ctx, st, step, store.StatusCompleted, resp.Text(), "")
+		}
+		for i, c := range calls {
+			stop, err := l.toolCall(ctx, st, step, i, c)
+			if err != nil {
+				return engine.Outcome{}, err
+			}
+			if stop != "" {
+				return l.end(ctx, st, step, store.StatusFailed, "", stop)
+			}
+		}
+	}
+}
+
+// start records or replays run_started and rebuilds the pinned context.
+func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
+	run := env.Run()
+	ev, err := env.Do(ctx, trace.EvRunStarted, 0, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+		a, err := l.o.Resolve(ctx, run.Agent, run.AgentVersion)
+		if err != nil {
+			return nil, fmt.Errorf("resolve agent %s@%d: %w", run.Agent, run.AgentVersion, err)
+		}
+		defs := make([]model.ToolDef, 0, len(a.Tools))
+		refs := make([]trace.ToolRef, 0, len(a.Tools))
+		for _, m := range a.Tools {
+			name, desc, schema := m.Def()
+			defs = append(defs, model.ToolDef{Name: name, Description: desc, InputSchema: schema})
+			h := m.Hash()
+			refs = append(refs, trace.ToolRef{Name: m.Name, Hash: hex.EncodeToString(h[:])})
+		}
+		defsJSON, err := json.Marshal(defs)
+		if err != nil {
+			return nil, err
+		}
+		sys, err := trace.MakeContent(ctx, env.Blobs(), []byte(a.Instructions), l.o.InlineLimit, l.o.PreviewBytes)
+		if err != nil {
+			return nil, err
+		}
+		td, err := trace.MakeContent(ctx, env.Blobs(), defsJSON, l.o.InlineLimit, l.o.PreviewBytes)
+		if err != nil {
+			return nil, err
+		}
+		budgets, _ := json.Marshal(a.Budgets)
+		return json.Marshal(trace.RunStarted{
+			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
+			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
+			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets,
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, startAt: ev.At.UnixMicro()}
+	if err := json.Unmarshal(ev.Payload, &st.started); err != nil {
+		return nil, fmt.Errorf("run_started payload: %w", err)
+	}
+	if err := json.Unmarshal(st.started.Budgets, &st.budgets); err != nil {
+		return nil, fmt.Errorf("run_started budgets: %w", err)
+	}
+	for _, ref := range st.started.Tools {
+		m, err := l.loadManifest(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		st.tools[m.Name] = m
+	}
+	sys, err := trace.Load(ctx, env.Blobs(), st.started.System)
+	if err != nil {
+		return nil, fmt.Errorf("load system prompt: %w", err)
+	}
+	defsJSON, err := trace.Load(ctx, env.Blobs(), st.started.ToolDefs)
+	if err != nil {
+		return nil, fmt.Errorf("load tool definitions: %w", err)
+	}
+	var defs []model.ToolDef
+	if err := json.Unmarshal(defsJSON, &defs); err != nil {
+		return nil, err
+	}
+	st.tr = trace.NewTranscript(string(sys), defs, func(c trace.Content) ([]byte, error) { return trace.Load(ctx, env.Blobs(), c) })
+	if err := st.tr.Add(ev); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (l *Loop) loadManifest(ctx context.Context, ref trace.ToolRef) (*tool.Manifest, error) {
+	b, err := hex.DecodeString(ref.Hash)
+	if err != nil || len(b) != 32 {
+		return nil, fmt.Errorf("run pins tool %s with a bad hash", ref.Name)
+	}
+	var sum [32]byte
+	copy(sum[:], b)
+	rec, err := l.o.Tools.GetToolByHash(ctx, sum)
+	if err != nil {
+		return nil, fmt.Errorf("pinned tool %s: %w", ref.Name, err)
+	}
+	return tool.ManifestFromJSON(rec.Manifest)
+}
+
+func (st *state) exceeded(elapsedMS int64) *trace.Budget {
+	b := st.budgets
+	switch {
+	case b.MaxSteps > 0 && st.steps >= b.MaxSteps:
+		return &trace.Budget{Bound: "steps", Limit: int64(b.MaxSteps), Value: int64(st.steps)}
+	case b.MaxInputTokens > 0 && st.inTokens >= b.MaxInputTokens:
+		return &trace.Budget{Bound: "input_tokens", Limit: b.MaxInputTokens, Value: st.inTokens}
+	case st.costUnknown:
+		// An unknown price is not zero: the cost bound fails closed.
+		return &trace.Budget{Bound: "cost", Limit: b.MaxCost.Micros, Value: -1}
+	case b.MaxCost.Micros > 0 && st.cost >= b.MaxCost.Micros:
+		return &trace.Budget{Bound: "cost", Limit: b.MaxCost.Micros, Value: st.cost}
+	case b.MaxWallClockMS > 0 && elapsedMS >= b.MaxWallClockMS:
+		return &trace.Budget{Bound: "wall_clock", Limit: b.MaxWallClockMS, Value: elapsedMS}
+	}
+	return nil
+}
+
+// finalCall records the bound, gives the model one call without tools, and
+// ends the run completed_partial.
+func (l *Loop) finalCall(ctx context.Context, st *state, step int, b *trace.Budget) (engine.Outcome, error) {
+	if _, err := st.env.Do(ctx, trace.EvBudget, step, engine.Buffered, func(context.Context) ([]byte, error) { return json.Marshal(b) }); err != nil {
+		return engine.Outcome{}, err
+	}
+	note := fmt.Sprintf("Budget reached (%s). You cannot call tools any more. Report what you found and what is left to do.", b.Bound)
+	if _, err := l.note(ctx, st, step, "budget", note); err != nil {
+		return engine.Outcome{}, err
+	}
+	resp, err := l.modelCall(ctx, st, step, true)
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	text := ""
+	if resp != nil {
+		text = resp.Text()
+	}
+	return l.end(ctx, st, step, store.StatusCompletedPartial, text, "budget reached: "+b.Bound)
+}
+
+func (l *Loop) note(ctx context.Context, st *state, step int, reason, text string) (*store.Event, error) {
+	ev, err := st.env.Do(ctx, trace.EvLoopNote, step, engine.Buffered, func(context.Context) ([]byte, error) {
+		return json.Marshal(trace.LoopNote{Reason: reason, Text: text})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ev, st.tr.Add(ev)
+}
+
+// modelCall makes (or replays) one model call. A nil response with a nil
+// error means the call failed and the failure is recorded.
+func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool) (*model.Response, error) {
+	req := st.tr.Request(noTools)
+	delta := st.tr.TakeDelta()
+	ev, err := st.env.Do(ctx, trace.EvModelCall, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+		hash, size := trace.PromptHash(req)
+		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools}
+		res, err := l.o.Models.Complete(ctx, st.started.ModelAlias, req, model.Attribution{
+			Tenant: st.run.Tenant, User: st.run.User, Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, RunID: st.run.ID, Step: step,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			mc.Error = err.Error()
+			return json.Marshal(mc)
+		}
+		if verr := model.ValidateResponse(res.Response); verr != nil {
+			mc.Error = "malformed model response: " + verr.Error()
+			return json.Marshal(mc)
+		}
+		mc.Model, mc.Response, mc.LatencyMS = res.ModelID, res.Response, res.LatencyMS
+		mc.CostKnown = res.CostKnown
+		if res.CostKnown {
+			c := res.Cost
+			if st.budgets.MaxCost.Currency != "" && c.Currency != st.budgets.MaxCost.Currency {
+				c, err = l.o.Rates.Convert(c, st.budgets.MaxCost.Currency)
+				if err != nil {
+					mc.CostKnown = false
+				}
+			}
+			mc.CostMicros, mc.Currency = c.Micros, c.Currency
+		}
+		return json.Marshal(mc)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var mc trace.ModelCall
+	if err := json.Unmarshal(ev.Payload, &mc); err != nil {
+		return nil, fmt.Errorf("model_call payload: %w", err)
+	}
+	st.steps++
+	if mc.Response != nil {
+		st.inTokens += mc.Response.Usage.TotalInput()
+		st.outTokens += mc.Response.Usage.OutputTokens
+	}
+	if mc.CostKnown {
+		st.cost += mc.CostMicros
+	} else if mc.Response != nil {
+		st.costUnknown = true
+	}
+	steps, in, out, cost, unknown, cur := st.steps, st.inTokens, st.outTokens, st.cost, st.costUnknown, st.budgets.MaxCost.Currency
+	st.env.Summarize(store.RunUpdate{Steps: &steps, InputTokens: &in, OutputTokens: &out, CostMicros: &cost, CostUnknown: &unknown, Currency: &cur})
+	if err := st.tr.Add(ev); err != nil {
+		return nil, err
+	}
+	if mc.Error != "" {
+		return nil, nil
+	}
+	return mc.Response, nil
+}
+
+// toolCall handles one proposed call: decide, record the attempt (durably
+// before any side effect), execute, record the result, detect repetition.
+// A non-empty stop reason ends the run.
+func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call model.Part) (string, error) {
+	run := st.run
+	key := fmt.Sprintf("%s:%d:%d", run.ID, step, index)
+	m := st.tools[call.Name]
+	args, canonErr := jsoncanon.Canonicalize(call.Input)
+	if canonErr != nil {
+		args = call.Input
+	}
+	argsSum := sha256.Sum256(args)
+	var decision trace.Decision
+	if canonErr != nil && m != nil {
+		decision = trace.Decision{Control: broker.ControlSchema, Reason: "arguments are not valid JSON"}
+	}
+	attemptDurable := engine.Buffered
+	if m != nil && m.SideEffects != tool.SideEffectsNone {
+		attemptDurable = engine.Durable
+	}
+	aev, err := st.env.Do(ctx, trace.EvToolAttempt, step, attemptDurable, func(ctx context.Context) ([]byte, error) {
+		if decision.Control == "" {
+			decision = l.o.Broker.Decide(ctx, broker.Proposal{RunID: run.ID, Tenant: run.Tenant, User: run.User,
+				Step: step, Index: index, Tool: call.Name, Args: args, Manifest: m})
+		}
+		ac, err := trace.MakeContent(ctx, st.env.Blobs(), args, l.o.InlineLimit, l.o.PreviewBytes)
+		if err != nil {
+			return nil, err
+		}
+		a := trace.ToolAttempt{CallID: call.ToolUseID, Index: index, Tool: call.Name, Args: ac,
+			ArgsHash: hex.EncodeToString(argsSum[:]), IdempotencyKey: key, Decision: decision}
+		if m != nil {
+			a.SideEffects, a.Tier = m.SideEffects, m.Tier
+		}
+		return json.Marshal(a)
+	})
+	if err != nil {
+		return "", err
+	}
+	var attempt trace.ToolAttempt
+	if err := json.Unmarshal(aev.Payload, &attempt); err != nil {
+		return "", fmt.Errorf("tool_attempt payload: %w", err)
+	}
+	rev, err := st.env.Do(ctx, trace.EvToolResult, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+		r := trace.ToolResult{CallID: call.ToolUseID, Index: index, Tool: call.Name}
+		var out []byte
+		if !attempt.Decision.Allowed {
+			r.Status = trace.StatusDenied
+			if attempt.Decision.Control == broker.ControlSchema {
+				r.Status = trace.StatusInvalid
+			}
+			out, _ = json.Marshal(map[string]string{"error": attempt.Decision.Reason, "control": attempt.Decision.Control})
+		} else {
+			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: args, IdempotencyKey: key,
+				RunID: run.ID, Tenant: run.Tenant, User: run.User})
+			if err != nil {
+				return nil, err
+			}
+			r.Status, r.LatencyMS, out = ex.Status, ex.LatencyMS, ex.Output
+		}
+		r.Bytes = int64(len(out))
+		limit := l.o.MaxResultBytes
+		if m != nil && m.MaxOutput() > 0 && m.MaxOutput() < limit {
+			limit = m.MaxOutput()
+		}
+		r.Truncated = len(out) > limit
+		sum := sha256.Sum256(out)
+		r.ResultHash = hex.EncodeToString(sum[:])
+		c, err := trace.MakeContent(ctx, st.env.Blobs(), out, l.o.InlineLimit, l.o.PreviewBytes)
+		if err != nil {
+			return nil, err
+		}
+		if r.Truncated && !c.IsBlob() {
+			// Keep the handle contract: a truncated result is always a blob.
+			sum, err := st.env.Blobs().PutBlob(ctx, out)
+			if err != nil {
+				return nil, err
+			}
+			c = trace.Content{Blob: hex.EncodeToString(sum[:]), Size: int64(len(out)), Preview: trace.Preview(out, l.o.PreviewBytes)}
+		}
+		r.Output = c
+		return json.Marshal(r)
+	})
+	if err != nil {
+		return "", err
+	}
+	if err := st.tr.Add(rev); err != nil {
+		return "", err
+	}
+	var res trace.ToolResult
+	if err := json.Unmarshal(rev.Payload, &res); err != nil {
+		return "", fmt.Errorf("tool_result payload: %w", err)
+	}
+	// Loop detection: same tool, same canonical arguments, same result.
+	rk := call.Name + "\x00" + attempt.ArgsHash + "\x00" + res.ResultHash
+	st.repeats[rk]++
+	n := st.repeats[rk]
+	switch {
+	case n >= l.o.RepeatStop:
+		return fmt.Sprintf("loop detected: %s called %d times with the same arguments and the same result", call.Name, n), nil
+	case n == l.o.RepeatNote:
+		text := fmt.Sprintf("Note from the platform: you have called %s %d times with the same arguments and got the same result each time. Calling it again will not change the answer; try a different approach or finish.", call.Name, n)
+		if _, err := l.note(ctx, st, step, "repeat", text); err != nil {
+			return "", err
+		}
+	}
+	return "", nil
+}
+
+// end records the terminal event durably and returns the outcome.
+func (l *Loop) end(ctx context.Context, st *state, step int, status, result, reason string) (engine.Outcome, error) {
+	typ := trace.EvRunCompleted
+	if status == store.StatusFailed || status == store.StatusCancelled {
+		typ = trace.EvRunFailed
+	}
+	if status == store.StatusCompletedPartial {
+		typ = trace.EvRunCompleted
+	}
+	ev, err := st.env.Do(ctx, typ, step, engine.Durable, func(context.Context) ([]byte, error) {
+		return json.Marshal(trace.RunEnded{Status: status, Result: result, Reason: reason})
+	})
+	if err != nil {
+		return engine.Outcome{}, err
+	}
+	var re trace.RunEnded
+	if err := json.Unmarshal(ev.Payload, &re); err != nil {
+		return engine.Outcome{}, err
+	}
+	out := re.Result
+	if out == "" {
+		out = re.Reason
+	}
+	return engine.Outcome{Status: re.Status, Result: strings.TrimSpace(out)}, nil
+}

@@ -1,0 +1,284 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/agentplane/agentplane/store"
+)
+
+type appendOp struct {
+	req  store.AppendRequest
+	done chan error // nil for a non-durable append
+}
+
+// Append implements store.EventStore.
+func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
+	if err := s.takeSticky(req.RunID); err != nil {
+		return err
+	}
+	for i := range req.Events {
+		if req.Events[i].RunID != req.RunID {
+			return fmt.Errorf("sqlite store: event for run %q appended to run %q", req.Events[i].RunID, req.RunID)
+		}
+	}
+	op := &appendOp{req: req}
+	if req.Durable {
+		op.done = make(chan error, 1)
+	}
+	select {
+	case s.queue <- op:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errors.New("sqlite store: closed")
+	}
+	if !req.Durable {
+		return nil
+	}
+	select {
+	case err := <-op.done:
+		if err != nil {
+			return err
+		}
+		return s.takeSticky(req.RunID)
+	case <-ctx.Done():
+		// The append may still commit; the caller's lease fencing and the
+		// seq uniqueness keep the log consistent either way.
+		return ctx.Err()
+	}
+}
+
+// Flush implements store.EventStore.
+func (s *Store) Flush(ctx context.Context, runID string) error {
+	return s.Append(ctx, store.AppendRequest{RunID: runID, Durable: true})
+}
+
+func (s *Store) takeSticky(runID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.sticky[runID]
+	return err
+}
+
+func (s *Store) setSticky(runID string, err error) {
+	s.mu.Lock()
+	if s.sticky[runID] == nil {
+		s.sticky[runID] = err
+	}
+	s.mu.Unlock()
+}
+
+// ClearSticky forgets a run's recorded append failure (used when a new lease
+// begins, since the new owner re-reads the log).
+func (s *Store) clearSticky(runID string) {
+	s.mu.Lock()
+	delete(s.sticky, runID)
+	s.mu.Unlock()
+}
+
+func (s *Store) writer() {
+	defer s.wg.Done()
+	for {
+		var first *appendOp
+		select {
+		case first = <-s.queue:
+		case <-s.done:
+			// Drain what is left so no queued append is lost on a clean close.
+			for {
+				select {
+				case op := <-s.queue:
+					s.commit([]*appendOp{op})
+				default:
+					return
+				}
+			}
+		}
+		batch := []*appendOp{first}
+	fill:
+		for len(batch) < s.maxBatch {
+			select {
+			case op := <-s.queue:
+				batch = append(batch, op)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+// commit writes a batch in one transaction, one savepoint per op.
+func (s *Store) commit(batch []*appendOp) {
+	ctx := context.Background()
+	errs := make([]error, len(batch))
+	finish := func(txErr error) {
+		for i, op := range batch {
+			err := errs[i]
+			if txErr != nil {
+				err = txErr
+			}
+			if err != nil && op.done == nil {
+				s.setSticky(op.req.RunID, err)
+			}
+			if op.done != nil {
+				op.done <- err
+			}
+		}
+	}
+	// Durable empty ops (Flush) need no write of their own but must wait
+	// for the commit that covers earlier ops, which this one does.
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		finish(fmt.Errorf("sqlite store: begin: %w", err))
+		return
+	}
+	for i, op := range batch {
+		if len(op.req.Events) == 0 && op.req.Update == nil && len(op.req.ConsumeSignals) == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+			errs[i] = err
+			continue
+		}
+		if err := appendOne(ctx, tx, &op.req); err != nil {
+			errs[i] = err
+			if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO op"); rbErr != nil {
+				tx.Rollback()
+				finish(fmt.Errorf("sqlite store: rollback to savepoint: %w", rbErr))
+				return
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+			tx.Rollback()
+			finish(fmt.Errorf("sqlite store: release savepoint: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		finish(fmt.Errorf("sqlite store: commit: %w", err))
+		return
+	}
+	finish(nil)
+}
+
+func appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error {
+	var lastSeq, epoch int64
+	err := tx.QueryRowContext(ctx, "SELECT last_seq, lease_epoch FROM runs WHERE id = ?", req.RunID).Scan(&lastSeq, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("append to run %s: %w", req.RunID, store.ErrNotFound)
+	}
+	if err != nil {
+		return err
+	}
+	if epoch != req.Epoch {
+		return fmt.Errorf("append to run %s (epoch %d, current %d): %w", req.RunID, req.Epoch, epoch, store.ErrLeaseLost)
+	}
+	for i := range req.Events {
+		ev := &req.Events[i]
+		if ev.Seq != lastSeq+1 {
+			return fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, ev.Seq, lastSeq, store.ErrConflict)
+		}
+		if _, err := tx.ExecContext(ctx,
+			"INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)",
+			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), ev.Payload, ev.PrevHash[:], ev.Hash[:]); err != nil {
+			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
+		}
+		lastSeq = ev.Seq
+	}
+	for _, id := range req.ConsumeSignals {
+		res, err := tx.ExecContext(ctx, "UPDATE signals SET consumed = 1 WHERE id = ? AND run_id = ? AND consumed = 0", id, req.RunID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return fmt.Errorf("append to run %s: signal %d already consumed: %w", req.RunID, id, store.ErrConflict)
+		}
+	}
+	q, args := runUpdateSQL(req.Update)
+	args = append([]any{lastSeq}, args...)
+	args = append(args, req.RunID)
+	if _, err := tx.ExecContext(ctx, "UPDATE runs SET last_seq = ?"+q+" WHERE id = ?", args...); err != nil {
+		return err
+	}
+	return nil
+}
+
+// runUpdateSQL renders the SET clause fragments (each starting with a comma).
+func runUpdateSQL(u *store.RunUpdate) (string, []any) {
+	if u == nil {
+		return "", nil
+	}
+	var q string
+	var args []any
+	add := func(col string, v any) {
+		q += ", " + col + " = ?"
+		args = append(args, v)
+	}
+	if u.Status != nil {
+		add("status", *u.Status)
+	}
+	if u.Steps != nil {
+		add("steps", *u.Steps)
+	}
+	if u.InputTokens != nil {
+		add("input_tokens", *u.InputTokens)
+	}
+	if u.OutputTokens != nil {
+		add("output_tokens", *u.OutputTokens)
+	}
+	if u.CostMicros != nil {
+		add("cost_micros", *u.CostMicros)
+	}
+	if u.Currency != nil {
+		add("currency", *u.Currency)
+	}
+	if u.CostUnknown != nil {
+		add("cost_unknown", boolInt(*u.CostUnknown))
+	}
+	if u.Result != nil {
+		add("result", *u.Result)
+	}
+	if u.WakeAt != nil {
+		add("wake_at", micros(*u.WakeAt))
+	}
+	return q, args
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Events implements store.EventStore.
+func (s *Store) Events(ctx context.Context, runID string, after int64, limit int) ([]store.Event, error) {
+	q := "SELECT seq, type, step, at, payload, prev_hash, hash FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
+	args := []any{runID, after}
+	if limit > 0 {
+		q += " LIMIT ?"
+		args = append(args, limit)
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		ev := store.Event{RunID: runID}
+		var at int64
+		var prev, hash []byte
+		if err := rows.Scan(&ev.Seq, &ev.Type, &ev.Step, &at, &ev.Payload, &prev, &hash); err != nil {
+			return nil, err
+		}
+		ev.At = fromMicros(at)
+		copy(ev.PrevHash[:], prev)
+		copy(ev.Hash[:], hash)
+		out = append(out, ev)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,184 @@
+// Package sqlite is the embedded default store of agentplane: one SQLite
+// database (pure Go, WAL, synchronous=FULL) plus a content-addressed blob
+// folder, both under one data directory.
+//
+// Event appends from every run go through one writer goroutine that commits
+// whatever is queued in a single transaction (group commit), so many
+// concurrent runs share each fsync. Each run's part of a batch sits in its own
+// savepoint and is fenced by the run's lease epoch: a worker that lost its
+// lease cannot write, and a failure in one run does not fail the others.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentplane/agentplane/store"
+
+	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configure Open.
+type Options struct {
+	// Dir is the data directory; it is created if missing.
+	Dir string
+	// MaxBatch bounds how many appends one group commit takes (default 256).
+	MaxBatch int
+	Logger   *slog.Logger
+}
+
+// Store implements store.Store.
+type Store struct {
+	dir    string
+	w      *sql.DB // the single writing connection
+	r      *sql.DB // readers
+	blobs  *blobDir
+	log    *slog.Logger
+	queue  chan *appendOp
+	done   chan struct{}
+	closed sync.Once
+	wg     sync.WaitGroup
+
+	maxBatch int
+
+	mu     sync.Mutex
+	sticky map[string]error // run id -> failure of a non-durable append
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store in o.Dir and applies migrations.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	if o.Dir == "" {
+		return nil, errors.New("sqlite store: empty data directory")
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite store: %w", err)
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	path := filepath.Join(o.Dir, "agentplane.db")
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_txlock=immediate"
+	w, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite store: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	r, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite store: %w", err)
+	}
+	r.SetMaxOpenConns(8)
+	s := &Store{
+		dir: o.Dir, w: w, r: r, log: o.Logger,
+		queue: make(chan *appendOp, 4096), done: make(chan struct{}),
+		maxBatch: o.MaxBatch, sticky: map[string]error{},
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	b, err := newBlobDir(filepath.Join(o.Dir, "blobs"))
+	if err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	s.blobs = b
+	s.wg.Add(1)
+	go s.writer()
+	return s, nil
+}
+
+// Dir returns the data directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close stops the writer after draining queued appends and closes the database.
+func (s *Store) Close() error {
+	s.closed.Do(func() {
+		close(s.done)
+		s.wg.Wait()
+	})
+	return s.closeDBs()
+}
+
+func (s *Store) closeDBs() error {
+	return errors.Join(s.w.Close(), s.r.Close())
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	var ver int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
+		return fmt.Errorf("sqlite store: read schema version: %w", err)
+	}
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		n := i + 1
+		if n <= ver {
+			continue
+		}
+		body, err := migrations.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, stmt := range strings.Split(string(body), ";") {
+			if strings.TrimSpace(stmt) == "" {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				tx.Rollback()
+				return fmt.Errorf("sqlite store: migration %s: %w", name, err)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", n)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("sqlite store: migration %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func micros(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromMicros(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v).UTC()
+}

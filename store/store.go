@@ -1,0 +1,274 @@
+// Package store defines the persistence interfaces of agentplane, one per
+// aggregate (runs, events, blobs, agents, tools, signals), and the types they
+// exchange. Implementations live in sub-packages (store/sqlite is the embedded
+// default); store/storetest holds the conformance suite every implementation
+// must pass.
+//
+// All methods take a context first, are safe for concurrent use, and return
+// ErrNotFound, ErrConflict or ErrLeaseLost (possibly wrapped) for the conditions
+// those names describe.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Test with errors.Is.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrConflict  = errors.New("conflict")
+	ErrLeaseLost = errors.New("lease lost: another worker owns this run")
+)
+
+// Run statuses.
+const (
+	StatusQueued           = "queued"
+	StatusRunning          = "running"
+	StatusWaiting          = "waiting"
+	StatusCompleted        = "completed"
+	StatusCompletedPartial = "completed_partial"
+	StatusFailed           = "failed"
+	StatusCancelled        = "cancelled"
+)
+
+// Terminal reports whether a run in status s will never run again.
+func Terminal(s string) bool {
+	switch s {
+	case StatusCompleted, StatusCompletedPartial, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Run is one execution of a pinned agent version on behalf of a principal.
+type Run struct {
+	ID           string
+	Tenant       string
+	User         string
+	Agent        string
+	AgentVersion int
+	Task         string
+	Mode         string // "stream" or "async"
+	Status       string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	// WakeAt, when set on a waiting run, is when its timer fires.
+	WakeAt time.Time
+	// LastSeq is the sequence number of the run's newest event.
+	LastSeq int64
+	// Summary counters, kept current by the engine at each append.
+	Steps        int
+	InputTokens  int64
+	OutputTokens int64
+	CostMicros   int64
+	Currency     string
+	CostUnknown  bool
+	// Result is the run's final text or failure reason.
+	Result string
+	// ParentRunID links a replay to the run it replays.
+	ParentRunID string
+	// Lease state.
+	LeaseOwner   string
+	LeaseExpires time.Time
+	LeaseEpoch   int64
+}
+
+// RunFilter selects runs for listing. Zero fields do not filter.
+type RunFilter struct {
+	Tenant string
+	Agent  string
+	Status string
+	Limit  int
+}
+
+// RunUpdate changes a run's mutable fields together with an append. Nil
+// pointers leave a field unchanged.
+type RunUpdate struct {
+	Status       *string
+	Steps        *int
+	InputTokens  *int64
+	OutputTokens *int64
+	CostMicros   *int64
+	Currency     *string
+	CostUnknown  *bool
+	Result       *string
+	WakeAt       *time.Time
+}
+
+// Event is one record of a run's append-only log. Seq starts at 1 and is
+// contiguous. Hash = ChainHash(PrevHash, event); PrevHash of seq 1 is all zero.
+type Event struct {
+	RunID    string
+	Seq      int64
+	Type     string
+	Step     int
+	At       time.Time // stored with microsecond precision
+	Payload  []byte    // JSON
+	PrevHash [32]byte
+	Hash     [32]byte
+}
+
+// ChainHash computes the hash of ev chained to prev. Only the run id, sequence,
+// type, step, time and payload are covered; the stored hashes themselves are not.
+func ChainHash(prev [32]byte, ev *Event) [32]byte {
+	h := sha256.New()
+	h.Write(prev[:])
+	var b [8]byte
+	writeStr := func(s string) {
+		binary.BigEndian.PutUint64(b[:], uint64(len(s)))
+		h.Write(b[:])
+		h.Write([]byte(s))
+	}
+	writeStr(ev.RunID)
+	binary.BigEndian.PutUint64(b[:], uint64(ev.Seq))
+	h.Write(b[:])
+	writeStr(ev.Type)
+	binary.BigEndian.PutUint64(b[:], uint64(ev.Step))
+	h.Write(b[:])
+	binary.BigEndian.PutUint64(b[:], uint64(ev.At.UnixMicro()))
+	h.Write(b[:])
+	binary.BigEndian.PutUint64(b[:], uint64(len(ev.Payload)))
+	h.Write(b[:])
+	h.Write(ev.Payload)
+	var out [32]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// AppendRequest appends events to one run's log under the caller's lease.
+type AppendRequest struct {
+	RunID string
+	// Epoch is the lease epoch returned by ClaimRun; an append under a stale
+	// epoch fails with ErrLeaseLost and writes nothing.
+	Epoch  int64
+	Events []Event
+	// Durable makes Append return only after the events are committed to
+	// stable storage. Non-durable appends return once queued; they are
+	// committed in order with the next commit, and a failure to commit them is
+	// reported by the next Append or Flush for the same run.
+	Durable bool
+	Update  *RunUpdate
+	// ConsumeSignals marks these pending signals consumed in the same
+	// transaction, so a signal is recorded in the log exactly once.
+	ConsumeSignals []int64
+}
+
+// RunStore persists runs and their leases.
+type RunStore interface {
+	CreateRun(ctx context.Context, r *Run) error
+	GetRun(ctx context.Context, id string) (*Run, error)
+	ListRuns(ctx context.Context, f RunFilter) ([]*Run, error)
+	// ClaimRun leases one runnable run (queued, running with an expired lease,
+	// or waiting whose WakeAt has passed or that has a pending signal) to owner
+	// for ttl, preferring the oldest. It returns ErrNotFound when none is
+	// runnable. The returned run carries the new LeaseEpoch.
+	ClaimRun(ctx context.Context, owner string, ttl time.Duration, now time.Time) (*Run, error)
+	// ClaimRunByID leases a specific run if it is runnable.
+	ClaimRunByID(ctx context.Context, id, owner string, ttl time.Duration, now time.Time) (*Run, error)
+	// RenewLease extends the lease; ErrLeaseLost if the epoch is stale.
+	RenewLease(ctx context.Context, id string, epoch int64, ttl time.Duration, now time.Time) error
+	// ReleaseRun ends the lease, setting status (and WakeAt for waiting runs).
+	ReleaseRun(ctx context.Context, id string, epoch int64, u RunUpdate) error
+}
+
+// EventStore persists run event logs.
+type EventStore interface {
+	Append(ctx context.Context, req AppendRequest) error
+	// Flush waits until every queued append of the run is committed.
+	Flush(ctx context.Context, runID string) error
+	// Events returns events with Seq > after, in order, at most limit (0 = all).
+	Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error)
+}
+
+// BlobStore is a content-addressed store of payloads keyed by sha256.
+type BlobStore interface {
+	// PutBlob stores data durably and returns its sha256.
+	PutBlob(ctx context.Context, data []byte) ([32]byte, error)
+	GetBlob(ctx context.Context, sum [32]byte) ([]byte, error)
+	// BlobSize reports the stored size, or ErrNotFound.
+	BlobSize(ctx context.Context, sum [32]byte) (int64, error)
+}
+
+// AgentVersion is one immutable agent definition.
+type AgentVersion struct {
+	Name      string
+	Version   int
+	Spec      []byte // canonical JSON of the definition
+	SpecHash  [32]byte
+	CreatedAt time.Time
+}
+
+// Alias points a name such as prod at a version, optionally sending a
+// deterministic share of new runs to a canary version.
+type Alias struct {
+	Agent         string
+	Alias         string
+	Version       int
+	CanaryVersion int
+	CanaryPercent int
+	UpdatedAt     time.Time
+}
+
+// AgentStore persists agent versions and aliases.
+type AgentStore interface {
+	// PutAgentVersion stores v. Storing identical content again is a no-op
+	// (created=false); different content under an existing version is
+	// ErrConflict.
+	PutAgentVersion(ctx context.Context, v *AgentVersion) (created bool, err error)
+	GetAgentVersion(ctx context.Context, name string, version int) (*AgentVersion, error)
+	ListAgentVersions(ctx context.Context, name string) ([]*AgentVersion, error) // name "" = all
+	SetAlias(ctx context.Context, a *Alias) error
+	GetAlias(ctx context.Context, agent, alias string) (*Alias, error)
+	ListAliases(ctx context.Context, agent string) ([]*Alias, error)
+}
+
+// ToolRecord is a stored tool manifest, content-addressed.
+type ToolRecord struct {
+	Name      string
+	Manifest  []byte // canonical JSON
+	Hash      [32]byte
+	CreatedAt time.Time
+}
+
+// ToolStore persists tool manifests; the newest per name is current.
+type ToolStore interface {
+	PutTool(ctx context.Context, t *ToolRecord) error
+	GetTool(ctx context.Context, name string) (*ToolRecord, error)
+	GetToolByHash(ctx context.Context, sum [32]byte) (*ToolRecord, error)
+	ListTools(ctx context.Context) ([]*ToolRecord, error)
+}
+
+// Signal is an external input to a run (a user message, a cancel, an approval
+// decision). The engine records a signal in the run's log when the loop
+// consumes it, in the order consumed.
+type Signal struct {
+	ID        int64
+	RunID     string
+	Kind      string
+	Payload   []byte
+	CreatedAt time.Time
+	Consumed  bool
+}
+
+// SignalStore persists pending signals.
+type SignalStore interface {
+	// SendSignal stores a signal and makes a waiting run runnable.
+	SendSignal(ctx context.Context, s *Signal) error
+	PendingSignals(ctx context.Context, runID string) ([]*Signal, error)
+	MarkSignalConsumed(ctx context.Context, id int64) error
+}
+
+// Store is everything agentplane persists.
+type Store interface {
+	RunStore
+	EventStore
+	BlobStore
+	AgentStore
+	ToolStore
+	SignalStore
+	Close() error
+}

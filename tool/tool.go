@@ -1,0 +1,99 @@
+// Package tool defines tool manifests (the enforced contract of a tool: tier,
+// timeout, input schema, network, auth, rate limit, approval, side effects,
+// trust of its output), their validation at load time, and the runtime shapes
+// of a call to a tier-1 Go function.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// Side-effect classes.
+const (
+	SideEffectsNone     = "none"
+	SideEffectsInternal = "internal"
+	SideEffectsExternal = "external"
+)
+
+// Call is one invocation of a tool as the broker hands it to an executor.
+type Call struct {
+	Tool string
+	// Args are the validated arguments, canonical JSON.
+	Args json.RawMessage
+	// IdempotencyKey is run_id:step:index. Tools with side effects must
+	// return the original result when they see a key again.
+	IdempotencyKey string
+	RunID          string
+	Tenant         string
+	// User is the invoking user: the tool acts on their behalf only.
+	User string
+	// Credential, when the broker attached one, is scoped to this call.
+	// It never enters the model's context or the log.
+	Credential string
+}
+
+// Result is what a tool returned. A failed tool is a Result with IsError set,
+// which the model sees; a Go error from a Func means the platform failed.
+type Result struct {
+	Output  json.RawMessage
+	IsError bool
+}
+
+// ErrorResult builds an error result the model can read.
+func ErrorResult(format string, args ...any) Result {
+	b, _ := json.Marshal(map[string]string{"error": fmt.Sprintf(format, args...)})
+	return Result{Output: b, IsError: true}
+}
+
+// JSONResult builds a successful result from a value.
+func JSONResult(v any) (Result, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{Output: b}, nil
+}
+
+// Func is a tier-1 tool: an in-process Go function written and reviewed by the
+// platform team. It must honour ctx cancellation and the idempotency key.
+type Func func(ctx context.Context, call Call) (Result, error)
+
+// Catalog maps tier-1 tool names to their functions. Build it in one explicit
+// place (see package catalog); libraries register nothing on their own.
+type Catalog struct {
+	funcs map[string]Func
+}
+
+// NewCatalog returns an empty catalog.
+func NewCatalog() *Catalog { return &Catalog{funcs: map[string]Func{}} }
+
+// Register adds fn under name; a duplicate name is an error.
+func (c *Catalog) Register(name string, fn Func) error {
+	if name == "" || fn == nil {
+		return fmt.Errorf("tool catalog: empty name or nil function")
+	}
+	if _, dup := c.funcs[name]; dup {
+		return fmt.Errorf("tool catalog: %q registered twice", name)
+	}
+	c.funcs[name] = fn
+	return nil
+}
+
+// Lookup returns the function registered under name.
+func (c *Catalog) Lookup(name string) (Func, bool) {
+	fn, ok := c.funcs[name]
+	return fn, ok
+}
+
+// Names lists registered tools in order.
+func (c *Catalog) Names() []string {
+	out := make([]string, 0, len(c.funcs))
+	for n := range c.funcs {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

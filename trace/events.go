@@ -1,0 +1,217 @@
+// Package trace defines what a run's event log records: the event types, their
+// payloads, content stored inline or by reference to the blob store, and the
+// transcript builder that turns events into the messages a model sees. The
+// same builder is used by the live loop and by observability replay, so a
+// reconstructed prompt is byte-for-byte the prompt that was sent, which the
+// recorded prompt hash proves.
+package trace
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/store"
+)
+
+// Event types.
+const (
+	EvRunStarted   = "run_started"
+	EvStepStarted  = "step_started"
+	EvModelCall    = "model_call"
+	EvToolAttempt  = "tool_attempt"
+	EvToolResult   = "tool_result"
+	EvLoopNote     = "loop_note"
+	EvSignal       = "signal"
+	EvBudget       = "budget_exceeded"
+	EvRunCompleted = "run_completed"
+	EvRunFailed    = "run_failed"
+)
+
+// Content is a payload stored inline when small, or in the blob store by
+// sha256 with a preview when large.
+type Content struct {
+	Text    string `json:"text,omitempty"`
+	Blob    string `json:"blob,omitempty"` // hex sha256
+	Size    int64  `json:"size"`
+	Preview string `json:"preview,omitempty"`
+}
+
+// IsBlob reports whether the content lives in the blob store.
+func (c Content) IsBlob() bool { return c.Blob != "" }
+
+// Sum decodes the blob hash.
+func (c Content) Sum() ([32]byte, error) {
+	var sum [32]byte
+	b, err := hex.DecodeString(c.Blob)
+	if err != nil || len(b) != 32 {
+		return sum, fmt.Errorf("bad blob reference %q", c.Blob)
+	}
+	copy(sum[:], b)
+	return sum, nil
+}
+
+// MakeContent stores data inline if it is at most threshold bytes, otherwise
+// in the blob store with a preview of previewLen bytes.
+func MakeContent(ctx context.Context, blobs store.BlobStore, data []byte, threshold, previewLen int) (Content, error) {
+	if len(data) <= threshold {
+		return Content{Text: string(data), Size: int64(len(data))}, nil
+	}
+	sum, err := blobs.PutBlob(ctx, data)
+	if err != nil {
+		return Content{}, fmt.Errorf("store blob: %w", err)
+	}
+	return Content{Blob: hex.EncodeToString(sum[:]), Size: int64(len(data)), Preview: Preview(data, previewLen)}, nil
+}
+
+// Load returns the full bytes of c.
+func Load(ctx context.Context, blobs store.BlobStore, c Content) ([]byte, error) {
+	if !c.IsBlob() {
+		return []byte(c.Text), nil
+	}
+	sum, err := c.Sum()
+	if err != nil {
+		return nil, err
+	}
+	return blobs.GetBlob(ctx, sum)
+}
+
+// Preview returns at most n bytes of data, cut at a UTF-8 boundary.
+func Preview(data []byte, n int) string {
+	if len(data) <= n {
+		return string(data)
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(data[cut]) {
+		cut--
+	}
+	return string(data[:cut])
+}
+
+// ToolRef names a tool manifest pinned by a run.
+type ToolRef struct {
+	Name string `json:"name"`
+	Hash string `json:"hash"`
+}
+
+// RunStarted is the first event of every run.
+type RunStarted struct {
+	Agent        string          `json:"agent"`
+	AgentVersion int             `json:"agent_version"`
+	AgentHash    string          `json:"agent_hash"`
+	Tenant       string          `json:"tenant"`
+	User         string          `json:"user"`
+	Task         string          `json:"task"`
+	ModelAlias   string          `json:"model_alias"`
+	Tools        []ToolRef       `json:"tools"`
+	System       Content         `json:"system"`
+	ToolDefs     Content         `json:"tool_defs"` // JSON []model.ToolDef offered to the model
+	Budgets      json.RawMessage `json:"budgets"`
+	Replay       *ReplayInfo     `json:"replay,omitempty"`
+}
+
+// ReplayInfo links a replay run to its original.
+type ReplayInfo struct {
+	Of       string `json:"of"`
+	FromStep int    `json:"from_step"`
+	Mode     string `json:"mode"` // recorded | live
+}
+
+// StepStarted marks a step boundary and records the usage the bounds were
+// checked against; its event time is the loop's clock reading.
+type StepStarted struct {
+	Steps       int   `json:"steps"`
+	InputTokens int64 `json:"input_tokens"`
+	CostMicros  int64 `json:"cost_micros"`
+	ElapsedMS   int64 `json:"elapsed_ms"`
+}
+
+// ModelCall records one model call: which transcript events were added to
+// the prompt since the previous call (Delta, by sequence number), the hash
+// of the full request, and the response.
+type ModelCall struct {
+	Alias       string          `json:"alias"`
+	Model       string          `json:"model,omitempty"`
+	Delta       []int64         `json:"delta"`
+	PromptHash  string          `json:"prompt_hash"`
+	PromptBytes int64           `json:"prompt_bytes"`
+	NoTools     bool            `json:"no_tools,omitempty"`
+	Response    *model.Response `json:"response,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	CostMicros  int64           `json:"cost_micros"`
+	Currency    string          `json:"currency,omitempty"`
+	CostKnown   bool            `json:"cost_known"`
+	LatencyMS   int64           `json:"latency_ms"`
+}
+
+// Decision is the broker's verdict on a proposed tool call.
+type Decision struct {
+	Allowed bool   `json:"allowed"`
+	Control string `json:"control,omitempty"` // which control decided: grant, schema, authz, policy, rate_limit, approval, replay
+	Reason  string `json:"reason,omitempty"`
+}
+
+// ToolAttempt is written (durably, for tools with side effects) before the
+// tool runs.
+type ToolAttempt struct {
+	CallID         string   `json:"call_id"`
+	Index          int      `json:"index"`
+	Tool           string   `json:"tool"`
+	Args           Content  `json:"args"`
+	ArgsHash       string   `json:"args_hash"`
+	IdempotencyKey string   `json:"idempotency_key"`
+	SideEffects    string   `json:"side_effects,omitempty"`
+	Tier           int      `json:"tier,omitempty"`
+	Decision       Decision `json:"decision"`
+}
+
+// Tool result statuses.
+const (
+	StatusOK      = "ok"
+	StatusError   = "error"   // the tool ran and reported failure
+	StatusDenied  = "denied"  // a control refused the call
+	StatusInvalid = "invalid" // arguments failed the schema
+	StatusTimeout = "timeout"
+)
+
+// ToolResult records a tool's output as the model will see it.
+type ToolResult struct {
+	CallID     string  `json:"call_id"`
+	Index      int     `json:"index"`
+	Tool       string  `json:"tool"`
+	Status     string  `json:"status"`
+	Output     Content `json:"output"`
+	Bytes      int64   `json:"bytes"` // measured before any truncation
+	Truncated  bool    `json:"truncated,omitempty"`
+	ResultHash string  `json:"result_hash,omitempty"`
+	LatencyMS  int64   `json:"latency_ms"`
+}
+
+// LoopNote is a message the platform adds for the model.
+type LoopNote struct {
+	Reason string `json:"reason"`
+	Text   string `json:"text"`
+}
+
+// Signal records an external input consumed by the loop.
+type Signal struct {
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// Budget records which bound was reached.
+type Budget struct {
+	Bound string `json:"bound"` // steps | input_tokens | cost | wall_clock
+	Limit int64  `json:"limit"`
+	Value int64  `json:"value"`
+}
+
+// RunEnded is the payload of run_completed and run_failed.
+type RunEnded struct {
+	Status string `json:"status"`
+	Result string `json:"result,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}

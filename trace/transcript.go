@@ -1,0 +1,148 @@
+package trace
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/store"
+)
+
+// Transcript builds the messages a model sees from a run's events. It is the
+// only place that decides how events become prompt text: the loop feeds it as
+// the run goes, and `agentplane trace` feeds it the recorded log.
+type Transcript struct {
+	load     func(Content) ([]byte, error)
+	System   string
+	Tools    []model.ToolDef
+	messages []model.Message
+	pending  []int64 // seqs added since the last model call
+}
+
+// NewTranscript starts a transcript from a run_started payload whose system
+// prompt and tool definitions have been loaded.
+// load fetches blob content (tool results the model sees in full).
+func NewTranscript(system string, tools []model.ToolDef, load func(Content) ([]byte, error)) *Transcript {
+	return &Transcript{System: system, Tools: tools, load: load}
+}
+
+// Messages returns the current messages. The slice must not be modified.
+func (t *Transcript) Messages() []model.Message { return t.messages }
+
+// TakeDelta returns the seqs added since the last call and resets it.
+func (t *Transcript) TakeDelta() []int64 {
+	d := t.pending
+	t.pending = nil
+	if d == nil {
+		d = []int64{}
+	}
+	return d
+}
+
+func (t *Transcript) userPart(p model.Part) {
+	if n := len(t.messages); n > 0 && t.messages[n-1].Role == model.RoleUser {
+		t.messages[n-1].Content = append(t.messages[n-1].Content, p)
+		return
+	}
+	t.messages = append(t.messages, model.Message{Role: model.RoleUser, Content: []model.Part{p}})
+}
+
+// Add incorporates one event. Events that do not reach the model are ignored.
+func (t *Transcript) Add(ev *store.Event) error {
+	switch ev.Type {
+	case EvRunStarted:
+		var p RunStarted
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		t.userPart(model.Part{Type: model.PartText, Text: p.Task})
+	case EvModelCall:
+		var p ModelCall
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if p.Response == nil {
+			return nil
+		}
+		t.messages = append(t.messages, model.Message{Role: model.RoleAssistant, Content: p.Response.Content})
+	case EvToolResult:
+		var p ToolResult
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		text, err := t.modelView(p.Output, p.Truncated)
+		if err != nil {
+			return fmt.Errorf("tool result at seq %d: %w", ev.Seq, err)
+		}
+		t.userPart(model.Part{Type: model.PartToolResult, ToolUseID: p.CallID, Text: text, IsError: p.Status != StatusOK})
+	case EvLoopNote:
+		var p LoopNote
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		t.userPart(model.Part{Type: model.PartText, Text: p.Text})
+	case EvSignal:
+		var p Signal
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if p.Kind != "message" {
+			return nil
+		}
+		var m struct {
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(p.Payload, &m); err != nil {
+			return err
+		}
+		t.userPart(model.Part{Type: model.PartText, Text: "Message from the user: " + m.Text})
+	default:
+		return nil
+	}
+	t.pending = append(t.pending, ev.Seq)
+	return nil
+}
+
+// modelView is the text the model sees for a stored tool output: the whole
+// text, or for a truncated output a handle and a preview.
+func (t *Transcript) modelView(c Content, truncated bool) (string, error) {
+	if !truncated {
+		if !c.IsBlob() {
+			return c.Text, nil
+		}
+		b, err := t.load(c)
+		return string(b), err
+	}
+	b, _ := json.Marshal(map[string]any{
+		"note":    "result too large for the context; showing a preview",
+		"handle":  "blob:" + c.Blob,
+		"bytes":   c.Size,
+		"preview": c.Preview,
+	})
+	return string(b), nil
+}
+
+// Request builds the request for the next model call.
+func (t *Transcript) Request(noTools bool) *model.Request {
+	req := &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...)}
+	if !noTools {
+		req.Tools = t.Tools
+	}
+	return req
+}
+
+// PromptHash identifies a request's content (system, messages, tools).
+func PromptHash(req *model.Request) (string, int64) {
+	b, err := json.Marshal(struct {
+		System   string          `json:"system"`
+		Messages []model.Message `json:"messages"`
+		Tools    []model.ToolDef `json:"tools"`
+	}{req.System, req.Messages, req.Tools})
+	if err != nil {
+		panic(fmt.Sprintf("trace: marshal prompt: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:]), int64(len(b))
+}
