@@ -1,0 +1,156 @@
+// Package cli implements the agentplane command line: agents, tools, run,
+// runs, trace, demo and worker. Every command takes --data DIR (or
+// AGENTPLANE_DATA; default ./.agentplane).
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/platform"
+)
+
+// Main runs the CLI and returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	c := &command{ctx: ctx, out: stdout, err: stderr}
+	var err error
+	switch cmd {
+	case "agents":
+		err = c.agents(rest)
+	case "tools":
+		err = c.tools(rest)
+	case "run":
+		err = c.run(rest)
+	case "runs":
+		err = c.runs(rest)
+	case "trace":
+		err = c.trace(rest)
+	case "demo":
+		err = c.demo(rest)
+	case "worker":
+		err = c.worker(rest)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "agentplane: unknown command %q\n", cmd)
+		usage(stderr)
+		return 2
+	}
+	if err == nil {
+		return 0
+	}
+	var ec exitCode
+	if errors.As(err, &ec) {
+		if ec.msg != "" {
+			fmt.Fprintln(stderr, "agentplane:", ec.msg)
+		}
+		return ec.code
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	fmt.Fprintln(stderr, "agentplane:", err)
+	return 1
+}
+
+// exitCode carries a specific exit status.
+type exitCode struct {
+	code int
+	msg  string
+}
+
+func (e exitCode) Error() string { return e.msg }
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `agentplane — run LLM agents with safe tools and a replayable event log
+
+Usage:
+  agentplane demo [--runs N]                       run the card-dispute demo on a fresh data directory
+  agentplane agents apply -f FILE                  store an immutable agent version
+  agentplane agents list                           list versions and aliases
+  agentplane agents alias NAME ALIAS=VERSION       move an alias (e.g. prod=7)
+  agentplane tools apply -f FILE|DIR               load and store tool manifests
+  agentplane tools list
+  agentplane run AGENT --task TEXT [--user U]      run an agent in-process and stream its timeline
+  agentplane runs                                  list runs with status, steps, tokens and cost
+  agentplane trace RUN                             every prompt, tool call and result of a run
+  agentplane trace verify RUN                      check the hash chain and every blob
+  agentplane worker [--until-idle]                 execute queued runs (resumes crashed ones)
+
+Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
+Run 'agentplane COMMAND -h' for a command's flags.
+`)
+}
+
+type command struct {
+	ctx context.Context
+	out io.Writer
+	err io.Writer
+}
+
+// common holds flags every command shares.
+type common struct {
+	data     string
+	models   string
+	verbose  bool
+	leaseTTL time.Duration
+}
+
+func (c *command) flags(name string, cm *common) *flag.FlagSet {
+	fs := flag.NewFlagSet("agentplane "+name, flag.ContinueOnError)
+	fs.SetOutput(c.err)
+	def := os.Getenv("AGENTPLANE_DATA")
+	if def == "" {
+		def = ".agentplane"
+	}
+	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
+	fs.StringVar(&cm.models, "models", "", "models.yaml (default DATA/models.yaml)")
+	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
+	fs.DurationVar(&cm.leaseTTL, "lease-ttl", 15*time.Second, "how long a worker's lease on a run lasts without renewal")
+	return fs
+}
+
+func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
+	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL}
+	if cm.verbose {
+		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if extra != nil {
+		extra(&o)
+	}
+	return platform.Open(c.ctx, o)
+}
+
+// parseInterleaved parses flags that may follow positional arguments.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func splitAssign(s string) (string, string, bool) {
+	k, v, ok := strings.Cut(s, "=")
+	return strings.TrimSpace(k), strings.TrimSpace(v), ok && k != "" && v != ""
+}

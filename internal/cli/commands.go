@@ -1,0 +1,353 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/model/scripted"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
+)
+
+func (c *command) agents(args []string) error {
+	if len(args) == 0 {
+		return exitCode{2, "usage: agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION"}
+	}
+	var cm common
+	fs := c.flags("agents "+args[0], &cm)
+	file := fs.String("f", "", "agent definition YAML")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	switch args[0] {
+	case "apply":
+		if *file == "" {
+			return exitCode{2, "agents apply: -f FILE is required"}
+		}
+		d, err := agent.LoadDefinitionFile(*file)
+		if err != nil {
+			return err
+		}
+		created, err := p.Registry.Apply(c.ctx, d)
+		if err != nil {
+			return err
+		}
+		if created {
+			fmt.Fprintf(c.out, "agent %s version %d stored\n", d.Name, d.Version)
+		} else {
+			fmt.Fprintf(c.out, "agent %s version %d unchanged (identical content already stored)\n", d.Name, d.Version)
+		}
+		return nil
+	case "list":
+		vs, err := p.Store.ListAgentVersions(c.ctx, "")
+		if err != nil {
+			return err
+		}
+		als, err := p.Store.ListAliases(c.ctx, "")
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "AGENT\tVERSION\tCREATED\tSPEC HASH\tALIASES")
+		for _, v := range vs {
+			var names []string
+			for _, a := range als {
+				if a.Agent == v.Name && a.Version == v.Version {
+					names = append(names, a.Alias)
+				}
+				if a.Agent == v.Name && a.CanaryVersion == v.Version && a.CanaryPercent > 0 {
+					names = append(names, fmt.Sprintf("%s(canary %d%%)", a.Alias, a.CanaryPercent))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%x\t%v\n", v.Name, v.Version, v.CreatedAt.Format(time.RFC3339), v.SpecHash[:6], names)
+		}
+		return tw.Flush()
+	case "alias":
+		if len(pos) != 2 {
+			return exitCode{2, "usage: agentplane agents alias NAME ALIAS=VERSION"}
+		}
+		alias, ver, ok := splitAssign(pos[1])
+		n, err := strconv.Atoi(ver)
+		if !ok || err != nil {
+			return exitCode{2, fmt.Sprintf("agents alias: want ALIAS=VERSION, got %q", pos[1])}
+		}
+		if err := p.Registry.SetAlias(c.ctx, pos[0], alias, n, 0, 0); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "%s@%s -> version %d\n", pos[0], alias, n)
+		return nil
+	}
+	return exitCode{2, fmt.Sprintf("agents: unknown subcommand %q", args[0])}
+}
+
+func (c *command) tools(args []string) error {
+	if len(args) == 0 {
+		return exitCode{2, "usage: agentplane tools apply -f FILE|DIR | list"}
+	}
+	var cm common
+	fs := c.flags("tools "+args[0], &cm)
+	file := fs.String("f", "", "tool manifest YAML file or directory")
+	if _, err := parseInterleaved(fs, args[1:]); err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	switch args[0] {
+	case "apply":
+		if *file == "" {
+			return exitCode{2, "tools apply: -f FILE|DIR is required"}
+		}
+		names, err := p.ApplyTools(c.ctx, *file)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "stored %d tools: %v\n", len(names), names)
+		return nil
+	case "list":
+		set, err := p.ToolSet(c.ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOOL\tCONNECTOR\tTIER\tSIDE EFFECTS\tUNTRUSTED OUTPUT\tTIMEOUT")
+		for _, n := range set.Names() {
+			m, _ := set.Get(n)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%v\t%dms\n", m.Name, m.Connector, m.Tier, m.SideEffects, m.UntrustedOutput, m.TimeoutMS)
+		}
+		return tw.Flush()
+	}
+	return exitCode{2, fmt.Sprintf("tools: unknown subcommand %q", args[0])}
+}
+
+func (c *command) run(args []string) error {
+	var cm common
+	fs := c.flags("run", &cm)
+	task := fs.String("task", "", "the task for the agent (required)")
+	user := fs.String("user", os.Getenv("USER"), "the user the run acts for")
+	tenant := fs.String("tenant", "default", "the user's tenant")
+	asJSON := fs.Bool("json", false, "print events as JSON lines")
+	script := fs.String("script", "", "scripted model turns YAML, served for every scripted alias")
+	detach := fs.Bool("detach", false, "queue the run and print its id; a worker executes it")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *task == "" {
+		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--user U] [--tenant T] [--json]"}
+	}
+	if *user == "" {
+		*user = "local"
+	}
+	p, err := c.open(&cm, func(o *platform.Options) {
+		if *script != "" {
+			s, err := scripted.Load(*script)
+			if err == nil {
+				o.Script = s
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if *script != "" {
+		if _, err := scripted.Load(*script); err != nil {
+			return err
+		}
+	}
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream"})
+	if err != nil {
+		return err
+	}
+	if *detach {
+		fmt.Fprintln(c.out, run.ID)
+		return nil
+	}
+	final, err := c.execute(p, run.ID, *asJSON)
+	if err != nil {
+		return err
+	}
+	if !*asJSON {
+		fmt.Fprintf(c.out, "\ninspect: agentplane trace %s   verify: agentplane trace verify %s\n", run.ID, run.ID)
+	}
+	if final.Status != store.StatusCompleted {
+		return exitCode{1, fmt.Sprintf("run %s ended %s", run.ID, final.Status)}
+	}
+	return nil
+}
+
+// execute drives one run in-process while streaming its events.
+func (c *command) execute(p *platform.Platform, runID string, asJSON bool) (*store.Run, error) {
+	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Engine.Execute(ctx, runID)
+		done <- err
+	}()
+	tl := &timeline{w: c.out}
+	var after int64
+	flush := func() error {
+		evs, err := p.Store.Events(context.WithoutCancel(ctx), runID, after, 0)
+		if err != nil {
+			return err
+		}
+		for i := range evs {
+			if asJSON {
+				b, _ := json.Marshal(toJSONEvent(&evs[i]))
+				fmt.Fprintln(c.out, string(b))
+			} else {
+				tl.event(&evs[i])
+			}
+			after = evs[i].Seq
+		}
+		return nil
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if ferr := flush(); ferr != nil {
+				return nil, ferr
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+			return p.Store.GetRun(context.WithoutCancel(ctx), runID)
+		case <-tick.C:
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func (c *command) runs(args []string) error {
+	var cm common
+	fs := c.flags("runs", &cm)
+	status := fs.String("status", "", "only runs with this status")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{Status: *status})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(c.out).Encode(rs)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tAGENT\tSTATUS\tSTEPS\tTOKENS IN\tTOKENS OUT\tCOST\tUSER\tCREATED")
+	for _, r := range rs {
+		cost := money(r.CostMicros, r.Currency)
+		if r.CostUnknown {
+			cost = "unknown"
+		}
+		fmt.Fprintf(tw, "%s\t%s@%d\t%s\t%d\t%d\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Agent, r.AgentVersion, r.Status, r.Steps,
+			r.InputTokens, r.OutputTokens, cost, r.Tenant, r.User, r.CreatedAt.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+func (c *command) trace(args []string) error {
+	verify := len(args) > 0 && args[0] == "verify"
+	if verify {
+		args = args[1:]
+	}
+	var cm common
+	fs := c.flags("trace", &cm)
+	asJSON := fs.Bool("json", false, "print events as JSON lines")
+	full := fs.Bool("full", false, "print every prompt whole, not just what each step added")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return exitCode{2, "usage: agentplane trace [verify] RUN"}
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	runID := pos[0]
+	if _, err := p.Store.GetRun(c.ctx, runID); err != nil {
+		return err
+	}
+	if verify {
+		rep, err := trace.Verify(c.ctx, p.Store, runID)
+		if err != nil {
+			return err
+		}
+		for _, pr := range rep.Problems {
+			fmt.Fprintf(c.out, "FAIL seq %d: %s\n", pr.Seq, pr.Detail)
+		}
+		if !rep.OK() {
+			return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
+		}
+		fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
+			runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
+		return nil
+	}
+	evs, err := p.Store.Events(c.ctx, runID, 0, 0)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		for i := range evs {
+			b, _ := json.Marshal(toJSONEvent(&evs[i]))
+			fmt.Fprintln(c.out, string(b))
+		}
+		return nil
+	}
+	return printTrace(c.ctx, c.out, p.Store, evs, *full)
+}
+
+func (c *command) worker(args []string) error {
+	var cm common
+	fs := c.flags("worker", &cm)
+	untilIdle := fs.Bool("until-idle", false, "exit when no run is left to execute")
+	conc := fs.Int("concurrency", 8, "runs executed at once")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return p.Engine.Work(ctx, engine.WorkOptions{Concurrency: *conc, UntilIdle: *untilIdle})
+}
+
+// costString formats a run's cost for humans.
+func costString(m model.Money) string { return money(m.Micros, m.Currency) }

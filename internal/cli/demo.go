@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/examples/carddispute"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/store"
+)
+
+// DemoTask is the card-dispute demo's task.
+const DemoTask = "Ticket T-40127 (customer c_88213): two charges of 12,499 INR from an airline on 3 Oct look like duplicates. Investigate and resolve."
+
+// DemoUser and DemoTenant are who the demo runs act for.
+const (
+	DemoUser   = "priya@example-bank.in"
+	DemoTenant = "example-bank"
+)
+
+var demoFiles = []string{"tools.yaml", "agent.yaml", "turns.yaml", "models.yaml"}
+
+// setupDemo writes the demo files into dir/demo and applies tools, agent and
+// the prod alias. It returns the agent name.
+func setupDemo(c *command, p *platform.Platform, dir string) (string, error) {
+	fdir := filepath.Join(dir, "demo")
+	if err := os.MkdirAll(fdir, 0o700); err != nil {
+		return "", err
+	}
+	for _, f := range demoFiles {
+		data, err := carddispute.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(fdir, f), data, 0o600); err != nil {
+			return "", err
+		}
+	}
+	if _, err := p.ApplyTools(c.ctx, filepath.Join(fdir, "tools.yaml")); err != nil {
+		return "", err
+	}
+	d, err := agent.LoadDefinitionFile(filepath.Join(fdir, "agent.yaml"))
+	if err != nil {
+		return "", err
+	}
+	if _, err := p.Registry.Apply(c.ctx, d); err != nil {
+		return "", err
+	}
+	if err := p.Registry.SetAlias(c.ctx, d.Name, "prod", d.Version, 0, 0); err != nil {
+		return "", err
+	}
+	return d.Name, nil
+}
+
+func (c *command) demo(args []string) error {
+	var cm common
+	fs := c.flags("demo", &cm)
+	fs.Lookup("data").DefValue = ""
+	cm.data = ""
+	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them; run nothing")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if cm.data == "" {
+		d, err := os.MkdirTemp("", "agentplane-demo-")
+		if err != nil {
+			return err
+		}
+		cm.data = d
+	} else if ents, err := os.ReadDir(cm.data); err == nil && len(ents) > 0 {
+		return exitCode{2, fmt.Sprintf("demo: %s is not empty; the demo needs a fresh data directory", cm.data)}
+	}
+	if cm.models == "" {
+		cm.models = filepath.Join(cm.data, "demo", "models.yaml")
+	}
+	// The models file is written by setup, so open without it first.
+	if err := func() error {
+		p, err := c.open(&common{data: cm.data, leaseTTL: cm.leaseTTL}, nil)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		_, err = setupDemo(c, p, cm.data)
+		return err
+	}(); err != nil {
+		return err
+	}
+	if *setupOnly {
+		fmt.Fprintf(c.out, "demo set up in %s\n  run: agentplane run card-dispute-assistant --data %s --models %s --user %s --tenant %s --task %q\n",
+			cm.data, cm.data, cm.models, DemoUser, DemoTenant, DemoTask)
+		return nil
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	fmt.Fprintf(c.out, "agentplane demo: card dispute at a bank (data directory %s)\n\n", cm.data)
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: "card-dispute-assistant@prod", Task: DemoTask, Tenant: DemoTenant, User: DemoUser, Mode: "stream"})
+	if err != nil {
+		return err
+	}
+	final, err := c.execute(p, run.ID, false)
+	if err != nil {
+		return err
+	}
+	if err := printBank(c, p.Bank); err != nil {
+		return err
+	}
+	q := func(s string) string { return strings.ReplaceAll(s, " ", "\\ ") }
+	fmt.Fprintf(c.out, "\nInspect the run:\n  agentplane runs --data %s\n  agentplane trace %s --data %s\n  agentplane trace verify %s --data %s\n",
+		q(cm.data), run.ID, q(cm.data), run.ID, q(cm.data))
+	if final.Status != store.StatusCompleted {
+		return exitCode{1, fmt.Sprintf("demo run ended %s", final.Status)}
+	}
+	return nil
+}
+
+func printBank(c *command, b *bank.Bank) error {
+	ct, err := b.Counters(c.ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "\nBank state: %d disputes raised, %d refunds issued (%s INR), %d emails drafted, %d emails sent, %d repeated calls suppressed by idempotency key\n",
+		ct.DisputesRaised, ct.RefundsIssued, bank.FormatRupees(ct.RefundedPaise), ct.EmailsDrafted, ct.EmailsSent, ct.DuplicateCallsSuppressed)
+	return nil
+}

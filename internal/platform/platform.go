@@ -1,0 +1,299 @@
+// Package platform wires agentplane's parts together on the embedded default
+// (SQLite and a blob folder in one data directory): store, tool catalog,
+// model gateway, agent registry, broker, loop and engine. The CLI and the
+// server both start from here.
+package platform
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/broker"
+	"github.com/agentplane/agentplane/catalog"
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	"github.com/agentplane/agentplane/loop"
+	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/model/scripted"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/sqlite"
+	"github.com/agentplane/agentplane/tool"
+)
+
+// Options configure Open.
+type Options struct {
+	// DataDir holds the database, blobs and the demo bank.
+	DataDir string
+	// ModelsFile is models.yaml; default DataDir/models.yaml.
+	ModelsFile string
+	// Models, when set, replaces the models file (tests, demo).
+	Models *ModelsConfig
+	// ModelsReadFile resolves paths named in Models (default os.ReadFile).
+	ModelsReadFile func(string) ([]byte, error)
+	// Script, when set, is served by every scripted provider.
+	Script *scripted.Script
+	// Gateway, when set, is used instead of building one from models.yaml.
+	Gateway  loop.Models
+	Rates    *model.Rates
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
+	Clock    func() time.Time
+	// WrapStore lets tests inject failures between the engine and the store.
+	WrapStore func(store.Store) store.Store
+}
+
+// Platform is a running agentplane instance.
+type Platform struct {
+	Store    *sqlite.Store
+	Bank     *bank.Bank
+	Catalog  *tool.Catalog
+	Registry *agent.Registry
+	Broker   *broker.Broker
+	Loop     *loop.Loop
+	Engine   *engine.Engine
+	Models   loop.Models
+	Rates    *model.Rates
+	log      *slog.Logger
+}
+
+// Open starts the platform's components (no background workers).
+func Open(ctx context.Context, o Options) (*Platform, error) {
+	if o.DataDir == "" {
+		return nil, errors.New("platform: no data directory")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Dir: o.DataDir, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	p := &Platform{Store: st, log: o.Logger}
+	fail := func(err error) (*Platform, error) {
+		p.Close()
+		return nil, err
+	}
+	p.Bank, err = bank.Open(filepath.Join(o.DataDir, "bank.db"))
+	if err != nil {
+		return fail(err)
+	}
+	p.Catalog, err = catalog.New(catalog.Options{Bank: p.Bank})
+	if err != nil {
+		return fail(err)
+	}
+	p.Models, p.Rates = o.Gateway, o.Rates
+	if p.Models == nil {
+		gw, rates, err := buildGateway(o)
+		if err != nil {
+			return fail(err)
+		}
+		if gw != nil {
+			p.Models, p.Rates = gw, rates
+		} else {
+			p.Models = noModels{}
+		}
+	}
+	p.Registry = agent.NewRegistry(st, p.ToolSet)
+	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock})
+	if err != nil {
+		return fail(err)
+	}
+	var es store.Store = st
+	if o.WrapStore != nil {
+		es = o.WrapStore(st)
+	}
+	p.Loop, err = loop.New(loop.Options{Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates, Logger: o.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	p.Engine, err = engine.New(engine.Options{Store: es, Workflow: p.Loop.Workflow, LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	return p, nil
+}
+
+func buildGateway(o Options) (*model.Gateway, *model.Rates, error) {
+	cfg, name := o.Models, "models config"
+	read := o.ModelsReadFile
+	if read == nil {
+		read = os.ReadFile
+	}
+	if cfg == nil {
+		name = o.ModelsFile
+		if name == "" {
+			name = filepath.Join(o.DataDir, "models.yaml")
+		}
+		data, err := os.ReadFile(name)
+		if errors.Is(err, os.ErrNotExist) && o.ModelsFile == "" {
+			return nil, nil, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg, err = ParseModelsConfig(name, data)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return cfg.Build(name, read, o.Script)
+}
+
+// noModels answers every call with a clear configuration error.
+type noModels struct{}
+
+func (noModels) Complete(context.Context, string, *model.Request, model.Attribution) (*model.CallResult, error) {
+	return nil, &model.Error{Err: errors.New("no model is configured: write models.yaml in the data directory or pass --models (see examples/carddispute/files/models.yaml)")}
+}
+
+// Close stops everything Open started.
+func (p *Platform) Close() error {
+	var errs []error
+	if p.Bank != nil {
+		errs = append(errs, p.Bank.Close())
+	}
+	if p.Store != nil {
+		errs = append(errs, p.Store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ToolSet returns the current tool manifests.
+func (p *Platform) ToolSet(ctx context.Context) (*tool.Set, error) {
+	recs, err := p.Store.ListTools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]*tool.Manifest, 0, len(recs))
+	for _, r := range recs {
+		m, err := tool.ManifestFromJSON(r.Manifest)
+		if err != nil {
+			return nil, fmt.Errorf("stored tool %s: %w", r.Name, err)
+		}
+		ms = append(ms, m)
+	}
+	return tool.NewSet(ms...)
+}
+
+// ApplyTools loads manifests from a file or directory, checks that tier-1
+// tools exist in the catalog, and stores them. It returns the names stored.
+func (p *Platform) ApplyTools(ctx context.Context, path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	var ms []*tool.Manifest
+	if st.IsDir() {
+		ms, err = tool.LoadManifestDir(path)
+	} else {
+		ms, err = tool.LoadManifestFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.ApplyManifests(ctx, ms)
+}
+
+// ApplyManifests validates and stores parsed manifests.
+func (p *Platform) ApplyManifests(ctx context.Context, ms []*tool.Manifest) ([]string, error) {
+	set, err := tool.NewSet(ms...)
+	if err != nil {
+		return nil, err
+	}
+	if err := set.CheckCatalog(p.Catalog); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, m := range ms {
+		if err := p.Store.PutTool(ctx, &store.ToolRecord{Name: m.Name, Manifest: m.CanonicalJSON(), Hash: m.Hash()}); err != nil {
+			return nil, err
+		}
+		names = append(names, m.Name)
+	}
+	return names, nil
+}
+
+// resolve is the loop's Resolver: the agent version plus its granted tools.
+func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop.Agent, error) {
+	d, err := p.Registry.Get(ctx, name, version)
+	if err != nil {
+		return nil, err
+	}
+	set, err := p.ToolSet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	granted, err := d.GrantedTools(set)
+	if err != nil {
+		return nil, err
+	}
+	a := &loop.Agent{Name: d.Name, Version: d.Version, Hash: d.Hash(), ModelAlias: d.Model.Alias, Instructions: d.Instructions,
+		Budgets: loop.Budgets{MaxSteps: d.Budgets.MaxSteps, MaxInputTokens: d.Budgets.MaxInputTokens,
+			MaxCost: model.Money{Micros: d.Budgets.MaxCostMicros, Currency: d.Budgets.Currency}, MaxWallClockMS: d.Budgets.MaxWallClock.Milliseconds()}}
+	for _, n := range granted {
+		m, _ := set.Get(n)
+		a.Tools = append(a.Tools, m)
+	}
+	return a, nil
+}
+
+// NewRunID returns a fresh run id.
+func NewRunID() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return "run_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+// StartRequest asks for a new run.
+type StartRequest struct {
+	// Agent is "name", "name@7" or "name@alias".
+	Agent  string
+	Task   string
+	Tenant string
+	User   string
+	Mode   string // stream | async
+	ID     string // optional, for idempotent creation
+}
+
+// StartRun resolves the agent reference, pins the version and queues the run.
+func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, error) {
+	if strings.TrimSpace(r.Task) == "" {
+		return nil, errors.New("start run: empty task")
+	}
+	if len(r.Task) > 256<<10 {
+		return nil, errors.New("start run: task larger than 256 KiB")
+	}
+	if r.Tenant == "" || r.User == "" {
+		return nil, errors.New("start run: tenant and user are required: every run acts on behalf of a user")
+	}
+	if r.Mode == "" {
+		r.Mode = "stream"
+	}
+	if r.ID == "" {
+		r.ID = NewRunID()
+	}
+	d, version, err := p.Registry.Resolve(ctx, r.Agent, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	run := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: d.Name, AgentVersion: version,
+		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency}
+	if err := p.Store.CreateRun(ctx, run); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
