@@ -41,6 +41,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.demo(rest)
 	case "worker":
 		err = c.worker(rest)
+	case "bank":
+		err = c.bankCmd(rest)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -89,6 +91,7 @@ Usage:
   agentplane trace RUN                             every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
   agentplane worker [--until-idle]                 execute queued runs (resumes crashed ones)
+  agentplane bank                                  the demo's simulated bank: what it did, counted
 
 Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
 Run 'agentplane COMMAND -h' for a command's flags.

@@ -51,9 +51,9 @@ func (c *command) agents(args []string) error {
 			return err
 		}
 		if created {
-			fmt.Fprintf(c.out, "agent %s version %d stored\n", d.Name, d.Version)
+			fmt.Fprintf(c.out, "agent %s version %d stored\n", d.Agent, d.Version)
 		} else {
-			fmt.Fprintf(c.out, "agent %s version %d unchanged (identical content already stored)\n", d.Name, d.Version)
+			fmt.Fprintf(c.out, "agent %s version %d unchanged (identical content already stored)\n", d.Agent, d.Version)
 		}
 		return nil
 	case "list":

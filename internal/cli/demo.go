@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -50,10 +51,10 @@ func setupDemo(c *command, p *platform.Platform, dir string) (string, error) {
 	if _, err := p.Registry.Apply(c.ctx, d); err != nil {
 		return "", err
 	}
-	if err := p.Registry.SetAlias(c.ctx, d.Name, "prod", d.Version, 0, 0); err != nil {
+	if err := p.Registry.SetAlias(c.ctx, d.Agent, "prod", d.Version, 0, 0); err != nil {
 		return "", err
 	}
-	return d.Name, nil
+	return d.Agent, nil
 }
 
 func (c *command) demo(args []string) error {
@@ -127,5 +128,62 @@ func printBank(c *command, b *bank.Bank) error {
 	}
 	fmt.Fprintf(c.out, "\nBank state: %d disputes raised, %d refunds issued (%s INR), %d emails drafted, %d emails sent, %d repeated calls suppressed by idempotency key\n",
 		ct.DisputesRaised, ct.RefundsIssued, bank.FormatRupees(ct.RefundedPaise), ct.EmailsDrafted, ct.EmailsSent, ct.DuplicateCallsSuppressed)
+	return nil
+}
+
+// bankCmd prints the simulated bank's state (the demo's ground truth).
+func (c *command) bankCmd(args []string) error {
+	var cm common
+	fs := c.flags("bank", &cm)
+	check := fs.Bool("check-one-refund-per-run", false, "exit non-zero unless every completed run issued exactly one refund")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if *asJSON {
+		ct, err := p.Bank.Counters(c.ctx)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(c.out).Encode(ct)
+	}
+	if err := printBank(c, p.Bank); err != nil {
+		return err
+	}
+	if !*check {
+		return nil
+	}
+	runs, err := p.Store.ListRuns(c.ctx, store.RunFilter{})
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, r := range runs {
+		ct, err := p.Bank.CountersForRun(c.ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if ct.RefundsIssued != 1 {
+			fmt.Fprintf(c.err, "run %s (%s): %d refunds\n", r.ID, r.Status, ct.RefundsIssued)
+			bad++
+		}
+	}
+	total, err := p.Bank.Counters(c.ctx)
+	if err != nil {
+		return err
+	}
+	if total.RefundsIssued != len(runs) {
+		fmt.Fprintf(c.err, "bank issued %d refunds for %d runs\n", total.RefundsIssued, len(runs))
+		bad++
+	}
+	if bad > 0 {
+		return exitCode{1, "refund check failed"}
+	}
+	fmt.Fprintf(c.out, "ok: %d runs, exactly one refund each\n", len(runs))
 	return nil
 }

@@ -239,9 +239,9 @@ func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop
 	if err != nil {
 		return nil, err
 	}
-	a := &loop.Agent{Name: d.Name, Version: d.Version, Hash: d.Hash(), ModelAlias: d.Model.Alias, Instructions: d.Instructions,
+	a := &loop.Agent{Name: d.Agent, Version: d.Version, Hash: d.Hash(), ModelAlias: d.Model.Alias, Instructions: d.Instructions,
 		Budgets: loop.Budgets{MaxSteps: d.Budgets.MaxSteps, MaxInputTokens: d.Budgets.MaxInputTokens,
-			MaxCost: model.Money{Micros: d.Budgets.MaxCostMicros, Currency: d.Budgets.Currency}, MaxWallClockMS: d.Budgets.MaxWallClock.Milliseconds()}}
+			MaxCost: model.Money{Micros: d.Budgets.CostMicros, Currency: d.Budgets.Currency}, MaxWallClockMS: d.Budgets.MaxWallClock.Milliseconds()}}
 	for _, n := range granted {
 		m, _ := set.Get(n)
 		a.Tools = append(a.Tools, m)
@@ -290,7 +290,7 @@ func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, er
 	if err != nil {
 		return nil, err
 	}
-	run := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: d.Name, AgentVersion: version,
+	run := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: d.Agent, AgentVersion: version,
 		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency}
 	if err := p.Store.CreateRun(ctx, run); err != nil {
 		return nil, err

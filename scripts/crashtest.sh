@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Crash test: queue a batch of card-dispute demo runs, then start a worker and
+# SIGKILL it at random points, again and again, until a worker finishes the
+# batch on its own. Afterwards every run must have completed, every hash chain
+# must verify, and the simulated bank must have issued exactly one refund per
+# run (no refund lost, none repeated).
+#
+# Usage: scripts/crashtest.sh            (RUNS=50, KEEP=1 keeps the data dir)
+#        AGENTPLANE_BIN=path DATA=dir    (use a built binary / a given dir)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS="${RUNS:-50}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/agentplane-crash-XXXXXX")"
+DATA="${DATA:-$WORK/data}"
+BIN="${AGENTPLANE_BIN:-}"
+cleanup() { if [ -z "${KEEP:-}" ]; then rm -rf "$WORK"; else echo "kept $WORK"; fi; }
+trap cleanup EXIT
+
+if [ -z "$BIN" ]; then
+  BIN="$WORK/agentplane"
+  go build -o "$BIN" ./cmd/agentplane
+fi
+
+"$BIN" demo --setup-only --data "$DATA" >/dev/null
+MODELS="$DATA/demo/models.yaml"
+TASK="Ticket T-40127 (customer c_88213): two charges of 12,499 INR from an airline on 3 Oct look like duplicates. Investigate and resolve."
+for _ in $(seq "$RUNS"); do
+  "$BIN" run card-dispute-assistant@prod --detach --data "$DATA" --models "$MODELS" \
+    --user priya@example-bank.in --tenant example-bank --task "$TASK" >/dev/null
+done
+echo "queued $RUNS runs in $DATA"
+
+kills=0
+starts=0
+while :; do
+  starts=$((starts + 1))
+  "$BIN" worker --until-idle --concurrency 8 --lease-ttl 400ms --data "$DATA" --models "$MODELS" &
+  pid=$!
+  # Kill somewhere between 20 ms and 600 ms into the worker's life.
+  sleep "0.$(printf '%03d' $((RANDOM % 580 + 20)))"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    kills=$((kills + 1))
+    continue
+  fi
+  if wait "$pid"; then
+    break
+  fi
+  echo "worker exited with an error" >&2
+  exit 1
+done
+echo "worker started $starts times, SIGKILLed $kills times"
+
+fail=0
+completed="$("$BIN" runs --status completed --data "$DATA" | tail -n +2 | wc -l)"
+if [ "$completed" -ne "$RUNS" ]; then
+  echo "FAIL: $completed of $RUNS runs completed" >&2
+  "$BIN" runs --data "$DATA" >&2
+  fail=1
+fi
+for id in $("$BIN" runs --data "$DATA" | tail -n +2 | awk '{print $1}'); do
+  if ! "$BIN" trace verify "$id" --data "$DATA" >/dev/null; then
+    echo "FAIL: run $id does not verify" >&2
+    "$BIN" trace verify "$id" --data "$DATA" >&2 || true
+    fail=1
+  fi
+done
+"$BIN" bank --data "$DATA" --check-one-refund-per-run || fail=1
+if [ "$fail" -ne 0 ]; then
+  KEEP=1
+  exit 1
+fi
+echo "crash test passed: $RUNS runs, $kills kills, every chain verified, one refund per run"

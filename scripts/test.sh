@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite of agentplane, as CI runs it. It installs what the tests
+# need first (tools built from the Go module proxy go into a cache folder
+# outside the repository, so a second run skips them), then runs formatting,
+# vet, staticcheck, the race-enabled unit and integration tests, and the
+# crash test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
+export PATH="$TOOLS/bin:$PATH"
+mkdir -p "$TOOLS/bin"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+install_go_tool() { # name module@version
+  if [ ! -x "$TOOLS/bin/$1" ]; then
+    step "installing $1 ($2) into $TOOLS/bin"
+    GOBIN="$TOOLS/bin" go install "$2"
+  fi
+}
+install_go_tool staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+step "gofmt"
+unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"
+if [ -n "$unformatted" ]; then
+  echo "these files need gofmt:"; echo "$unformatted"; exit 1
+fi
+
+step "go vet"
+go vet ./...
+
+step "staticcheck"
+staticcheck ./...
+
+step "go test -race"
+go test -race -count=1 -timeout 15m ./...
+
+step "crash test (SIGKILL at random points)"
+RUNS="${CRASHTEST_RUNS:-50}" scripts/crashtest.sh
