@@ -20,13 +20,23 @@ type timeline struct {
 
 // clean makes text from models and tools safe for a terminal: control
 // characters (including ANSI escapes) become spaces, and it is cut to n runes.
-func clean(s string, n int) string {
+func clean(s string, n int) string { return sanitize(s, n, false) }
+
+// cleanLines is clean but keeps newlines (for prompts printed in full).
+func cleanLines(s string, n int) string { return sanitize(s, n, true) }
+
+func sanitize(s string, n int, keepNL bool) string {
 	var b strings.Builder
 	count := 0
 	for _, r := range s {
 		if count >= n {
 			b.WriteString("…")
 			break
+		}
+		if keepNL && r == '\n' {
+			b.WriteRune(r)
+			count++
+			continue
 		}
 		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
 			r = ' '

@@ -37,7 +37,7 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 			}
 			fmt.Fprintf(w, "  ── prompt for step %d (%d bytes, %s; %s the recorded hash; %d messages, %d tools) ──\n", ev.Step, size, h[:19], match, len(req.Messages), len(req.Tools))
 			if ev.Step == 1 || mc.NoTools {
-				fmt.Fprintf(w, "    [system] %s\n", indent(clean(req.System, 2000)))
+				fmt.Fprintf(w, "    [system] %s\n", indent(cleanLines(req.System, 4000)))
 			}
 			msgs := req.Messages
 			if !full && shown <= len(msgs) {
@@ -51,7 +51,7 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 				for _, p := range m.Content {
 					switch p.Type {
 					case model.PartText:
-						fmt.Fprintf(w, "    [%s] %s\n", m.Role, indent(clean(p.Text, 2000)))
+						fmt.Fprintf(w, "    [%s] %s\n", m.Role, indent(cleanLines(p.Text, 4000)))
 					case model.PartToolUse:
 						fmt.Fprintf(w, "    [%s tool_use %s] %s %s\n", m.Role, p.ToolUseID, p.Name, clean(string(p.Input), 2000))
 					case model.PartToolResult:
