@@ -67,6 +67,24 @@ type Proposal struct {
 	// Manifest is the pinned manifest if the agent version grants the tool,
 	// nil otherwise.
 	Manifest *tool.Manifest
+	// Agent and AgentVersion identify the pinned definition (its policies).
+	Agent        string
+	AgentVersion int
+	// Run is the run's state as recorded before this call.
+	Run RunState
+}
+
+// RunState is what policy may read about the run. It is rebuilt from the log,
+// so a replayed decision sees the same values.
+type RunState struct {
+	// Tainted is set once the run has read output of a tool whose manifest
+	// marks it untrusted.
+	Tainted    bool
+	Steps      int
+	CostMicros int64
+	Currency   string
+	// Calls counts earlier tool calls of this run by tool name.
+	Calls map[string]int
 }
 
 // Decide runs the controls in order and returns the first refusal, or an

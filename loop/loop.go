@@ -120,6 +120,8 @@ type state struct {
 	outTokens   int64
 	cost        int64
 	costUnknown bool
+	tainted     bool
+	calls       map[string]int
 	repeats     map[string]int
 }
 
@@ -216,7 +218,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, startAt: ev.At.UnixMicro()}
+	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, calls: map[string]int{}, startAt: ev.At.UnixMicro()}
 	if err := json.Unmarshal(ev.Payload, &st.started); err != nil {
 		return nil, fmt.Errorf("run_started payload: %w", err)
 	}
@@ -261,6 +263,14 @@ func (l *Loop) loadManifest(ctx context.Context, ref trace.ToolRef) (*tool.Manif
 		return nil, fmt.Errorf("pinned tool %s: %w", ref.Name, err)
 	}
 	return tool.ManifestFromJSON(rec.Manifest)
+}
+
+func (st *state) runState() broker.RunState {
+	calls := make(map[string]int, len(st.calls))
+	for k, v := range st.calls {
+		calls[k] = v
+	}
+	return broker.RunState{Tainted: st.tainted, Steps: st.steps, CostMicros: st.cost, Currency: st.budgets.MaxCost.Currency, Calls: calls}
 }
 
 func (st *state) exceeded(elapsedMS int64) *trace.Budget {
@@ -399,7 +409,8 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	aev, err := st.env.Do(ctx, trace.EvToolAttempt, step, attemptDurable, func(ctx context.Context) ([]byte, error) {
 		if decision.Control == "" {
 			decision = l.o.Broker.Decide(ctx, broker.Proposal{RunID: run.ID, Tenant: run.Tenant, User: run.User,
-				Step: step, Index: index, Tool: call.Name, Args: args, Manifest: m})
+				Step: step, Index: index, Tool: call.Name, Args: args, Manifest: m,
+				Agent: run.Agent, AgentVersion: run.AgentVersion, Run: st.runState()})
 		}
 		ac, err := trace.MakeContent(ctx, st.env.Blobs(), args, l.o.InlineLimit, l.o.PreviewBytes)
 		if err != nil {
@@ -468,6 +479,17 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	var res trace.ToolResult
 	if err := json.Unmarshal(rev.Payload, &res); err != nil {
 		return "", fmt.Errorf("tool_result payload: %w", err)
+	}
+	st.calls[call.Name]++
+	// Taint: output of a tool marked untrusted is content from outside; once
+	// read, the run is tainted for the rest of its life.
+	if m != nil && m.UntrustedOutput && res.Status == trace.StatusOK && !st.tainted {
+		if _, err := st.env.Do(ctx, trace.EvTaint, step, engine.Buffered, func(context.Context) ([]byte, error) {
+			return json.Marshal(trace.Taint{Tool: call.Name, CallID: call.ToolUseID, Seq: rev.Seq})
+		}); err != nil {
+			return "", err
+		}
+		st.tainted = true
 	}
 	// Loop detection: same tool, same canonical arguments, same result.
 	rk := call.Name + "\x00" + attempt.ArgsHash + "\x00" + res.ResultHash

@@ -27,6 +27,7 @@ const (
 	EvLoopNote     = "loop_note"
 	EvSignal       = "signal"
 	EvBudget       = "budget_exceeded"
+	EvTaint        = "taint"
 	EvRunCompleted = "run_completed"
 	EvRunFailed    = "run_failed"
 )
@@ -200,6 +201,13 @@ type LoopNote struct {
 type Signal struct {
 	Kind    string          `json:"kind"`
 	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// Taint records that the run read untrusted content, and from where.
+type Taint struct {
+	Tool   string `json:"tool"`
+	CallID string `json:"call_id"`
+	Seq    int64  `json:"seq"` // the tool_result event that carried it
 }
 
 // Budget records which bound was reached.

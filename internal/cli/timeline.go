@@ -117,6 +117,10 @@ func (t *timeline) event(ev *store.Event) {
 		var p trace.Signal
 		_ = json.Unmarshal(ev.Payload, &p)
 		fmt.Fprintf(w, "    signal %s %s\n", p.Kind, clean(string(p.Payload), 120))
+	case trace.EvTaint:
+		var p trace.Taint
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "    taint  the run has read untrusted content (from %s); policies now see run.tainted\n", p.Tool)
 	case trace.EvBudget:
 		var p trace.Budget
 		_ = json.Unmarshal(ev.Payload, &p)
