@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/scripted"
 	"github.com/agentplane/agentplane/store"
@@ -65,6 +66,13 @@ timeout_ms: 1000
 input_schema: {type: object}
 side_effects: external
 ---
+name: mutate_echo
+description: Echoes, declared as changing the world (its attempt is durable).
+tier: 1
+timeout_ms: 1000
+input_schema: {type: object, properties: {text: {type: string}}}
+side_effects: external
+---
 name: mutate
 description: Changes the world (counts calls).
 tier: 1
@@ -87,6 +95,7 @@ tools:
   - tool: big
   - tool: slow
   - tool: mutate
+  - tool: mutate_echo
 budgets: ` + budgets + "\n"
 }
 
@@ -96,12 +105,20 @@ type fixtureOptions struct {
 	wrap    func(store.Store) store.Store
 	clock   func() time.Time
 	alias   string
+	models  loop.Models
+	dir     string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	dir := t.TempDir()
+	dir := o.dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if o.script == "" {
+		o.script = "turns: [{text: unused}]"
+	}
 	cfg, err := platform.ParseModelsConfig("models.yaml", []byte(testModels))
 	if err != nil {
 		t.Fatal(err)
@@ -110,11 +127,17 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := platform.Open(ctx, platform.Options{DataDir: dir, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second})
+	po := platform.Options{DataDir: dir, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second}
+	if o.models != nil {
+		po.Gateway = o.models
+	}
+	p, err := platform.Open(ctx, po)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.Close() })
+	if o.dir == "" {
+		t.Cleanup(func() { p.Close() })
+	}
 	for name, fn := range testFuncs {
 		if err := p.Catalog.Register(name, fn); err != nil {
 			t.Fatal(err)
@@ -152,6 +175,25 @@ func replaceOnce(s, old, new string) string {
 		}
 	}
 	return s
+}
+
+// runB is run for benchmarks.
+func (f *fixture) runB(b *testing.B, task string) (*store.Run, []store.Event) {
+	b.Helper()
+	ctx := context.Background()
+	r, err := f.p.StartRun(ctx, platform.StartRequest{Agent: "tester@1", Task: task, Tenant: "t1", User: "alice"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	got, err := f.p.Engine.Execute(ctx, r.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, err := f.p.Store.Events(ctx, r.ID, 0, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return got, evs
 }
 
 // run starts and executes one run to its end.

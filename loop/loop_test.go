@@ -32,6 +32,9 @@ var testFuncs = map[string]tool.Func{
 	"forbidden": func(context.Context, tool.Call) (tool.Result, error) {
 		panic("forbidden tool executed")
 	},
+	"mutate_echo": func(_ context.Context, c tool.Call) (tool.Result, error) {
+		return tool.Result{Output: c.Args}, nil
+	},
 	"mutate": func(context.Context, tool.Call) (tool.Result, error) {
 		mutations.Add(1)
 		return tool.JSONResult(map[string]bool{"changed": true})

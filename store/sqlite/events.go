@@ -16,7 +16,7 @@ type appendOp struct {
 
 // Append implements store.EventStore.
 func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
-	if err := s.takeSticky(req.RunID); err != nil {
+	if err := s.takeSticky(req.RunID, req.Epoch); err != nil {
 		return err
 	}
 	for i := range req.Events {
@@ -28,12 +28,8 @@ func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
 	if req.Durable {
 		op.done = make(chan error, 1)
 	}
-	select {
-	case s.queue <- op:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errors.New("sqlite store: closed")
+	if err := s.enqueue(ctx, op); err != nil {
+		return err
 	}
 	if !req.Durable {
 		return nil
@@ -43,7 +39,7 @@ func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
 		if err != nil {
 			return err
 		}
-		return s.takeSticky(req.RunID)
+		return s.takeSticky(req.RunID, req.Epoch)
 	case <-ctx.Done():
 		// The append may still commit; the caller's lease fencing and the
 		// seq uniqueness keep the log consistent either way.
@@ -51,27 +47,59 @@ func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
 	}
 }
 
-// Flush implements store.EventStore.
+// enqueue hands op to the writer, unless the store is closed: the writer
+// drains the queue when Close stops it, so an op queued after that would
+// never be committed and a durable Append would wait for it forever.
+func (s *Store) enqueue(ctx context.Context, op *appendOp) error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.isClosed {
+		return errors.New("sqlite store: closed")
+	}
+	select {
+	case s.queue <- op:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Flush implements store.EventStore. It carries no lease epoch, so it
+// reports a failed non-durable append of the run under any epoch.
 func (s *Store) Flush(ctx context.Context, runID string) error {
 	return s.Append(ctx, store.AppendRequest{RunID: runID, Durable: true})
 }
 
-func (s *Store) takeSticky(runID string) error {
+// takeSticky returns the recorded failure of a non-durable append to runID
+// under epoch, or under any epoch if epoch is 0. Failures are kept per epoch
+// so that a fenced-out worker's failed appends are reported to it and not to
+// the worker that now holds the lease.
+func (s *Store) takeSticky(runID string, epoch int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	err := s.sticky[runID]
-	return err
-}
-
-func (s *Store) setSticky(runID string, err error) {
-	s.mu.Lock()
-	if s.sticky[runID] == nil {
-		s.sticky[runID] = err
+	if epoch != 0 {
+		return s.sticky[runID][epoch]
 	}
-	s.mu.Unlock()
+	for _, err := range s.sticky[runID] {
+		return err
+	}
+	return nil
 }
 
-// ClearSticky forgets a run's recorded append failure (used when a new lease
+func (s *Store) setSticky(runID string, epoch int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.sticky[runID]
+	if m == nil {
+		m = map[int64]error{}
+		s.sticky[runID] = m
+	}
+	if m[epoch] == nil {
+		m[epoch] = err
+	}
+}
+
+// clearSticky forgets a run's recorded append failures (used when a new lease
 // begins, since the new owner re-reads the log).
 func (s *Store) clearSticky(runID string) {
 	s.mu.Lock()
@@ -121,7 +149,7 @@ func (s *Store) commit(batch []*appendOp) {
 				err = txErr
 			}
 			if err != nil && op.done == nil {
-				s.setSticky(op.req.RunID, err)
+				s.setSticky(op.req.RunID, op.req.Epoch, err)
 			}
 			if op.done != nil {
 				op.done <- err
@@ -183,7 +211,7 @@ func appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error 
 		}
 		if _, err := tx.ExecContext(ctx,
 			"INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)",
-			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), ev.Payload, ev.PrevHash[:], ev.Hash[:]); err != nil {
+			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]); err != nil {
 			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
 		}
 		lastSeq = ev.Seq
@@ -245,6 +273,15 @@ func runUpdateSQL(u *store.RunUpdate) (string, []any) {
 		add("wake_at", micros(*u.WakeAt))
 	}
 	return q, args
+}
+
+// blob returns b, or an empty slice for nil, which the driver would bind as
+// NULL and the NOT NULL payload columns would refuse.
+func blob(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 func boolInt(b bool) int {

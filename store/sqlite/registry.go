@@ -219,7 +219,7 @@ func (s *Store) SendSignal(ctx context.Context, sg *store.Signal) error {
 		sg.CreatedAt = time.Now().UTC()
 	}
 	res, err := s.w.ExecContext(ctx, "INSERT INTO signals(run_id, kind, payload, created_at) VALUES (?,?,?,?)",
-		sg.RunID, sg.Kind, sg.Payload, micros(sg.CreatedAt))
+		sg.RunID, sg.Kind, blob(sg.Payload), micros(sg.CreatedAt))
 	if err != nil {
 		return err
 	}

@@ -170,7 +170,8 @@ func (s *Store) RenewLease(ctx context.Context, id string, epoch int64, ttl time
 
 // ReleaseRun implements store.RunStore.
 func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.RunUpdate) error {
-	if err := s.Flush(ctx, id); err != nil {
+	// Flush under the caller's epoch: only its own failed appends matter.
+	if err := s.Append(ctx, store.AppendRequest{RunID: id, Epoch: epoch, Durable: true}); err != nil {
 		return err
 	}
 	q, args := runUpdateSQL(&u)

@@ -55,8 +55,14 @@ type Store struct {
 
 	maxBatch int
 
+	// closeMu is held shared while an append is being queued and
+	// exclusively by Close, so that nothing is queued once the writer may
+	// have stopped.
+	closeMu  sync.RWMutex
+	isClosed bool
+
 	mu     sync.Mutex
-	sticky map[string]error // run id -> failure of a non-durable append
+	sticky map[string]map[int64]error // run id -> lease epoch -> failure of a non-durable append
 }
 
 var _ store.Store = (*Store)(nil)
@@ -93,7 +99,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	s := &Store{
 		dir: o.Dir, w: w, r: r, log: o.Logger,
 		queue: make(chan *appendOp, 4096), done: make(chan struct{}),
-		maxBatch: o.MaxBatch, sticky: map[string]error{},
+		maxBatch: o.MaxBatch, sticky: map[string]map[int64]error{},
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.closeDBs()
@@ -116,6 +122,9 @@ func (s *Store) Dir() string { return s.dir }
 // Close stops the writer after draining queued appends and closes the database.
 func (s *Store) Close() error {
 	s.closed.Do(func() {
+		s.closeMu.Lock()
+		s.isClosed = true
+		s.closeMu.Unlock()
 		close(s.done)
 		s.wg.Wait()
 	})

@@ -1,0 +1,208 @@
+package loop_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
+)
+
+// benchModel answers instantly: a tool call with distinct arguments for
+// `steps` turns, then a final text. resultSize pads the echo so tool
+// results have a realistic size.
+type benchModel struct {
+	steps   int
+	tool    string
+	argSize int
+}
+
+func (m benchModel) Complete(_ context.Context, _ string, req *model.Request, _ model.Attribution) (*model.CallResult, error) {
+	turn := 0
+	for _, msg := range req.Messages {
+		if msg.Role == model.RoleAssistant {
+			turn++
+		}
+	}
+	usage := model.Usage{InputTokens: model.EstimateTokens(req), OutputTokens: 300}
+	resp := &model.Response{StopReason: model.StopEndTurn, Usage: usage,
+		Content: []model.Part{{Type: model.PartText, Text: fmt.Sprintf("step %d: %s", turn, strings.Repeat("reasoning ", 120))}}}
+	if turn < m.steps && len(req.Tools) > 0 {
+		args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("%d %s", turn, strings.Repeat("d", m.argSize))})
+		resp.StopReason = model.StopToolUse
+		resp.Content = append(resp.Content, model.Part{Type: model.PartToolUse, ToolUseID: fmt.Sprintf("toolu_%d", turn), Name: m.tool, Input: args})
+	}
+	return &model.CallResult{Response: resp, Usage: usage, Cost: model.Money{Micros: 1, Currency: "USD"}, CostKnown: true, ModelID: "bench"}, nil
+}
+
+const benchBudgets = "{max_steps: 1000, max_input_tokens: 100000000000, max_cost_usd: 1000000, max_wall_clock: 10h}"
+
+// BenchmarkStepOverhead measures the platform's own time per step of one
+// run: a zero-latency model, a no-op tier-1 tool, durable storage. It reports
+// the p50 and p99 of the gaps between consecutive step_started events.
+func BenchmarkStepOverhead(b *testing.B) {
+	for _, tc := range []struct{ name, tool string }{{"side_effects=none", "echo"}, {"side_effects=external", "mutate_echo"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			const steps = 200
+			f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: steps, tool: tc.tool}, dir: b.TempDir()})
+			defer f.p.Close()
+			var gaps []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				run, evs := f.runB(b, "bench")
+				if run.Status != store.StatusCompleted {
+					b.Fatalf("status %s", run.Status)
+				}
+				var prev time.Time
+				for _, ev := range evs {
+					if ev.Type == trace.EvStepStarted {
+						if !prev.IsZero() {
+							gaps = append(gaps, ev.At.Sub(prev))
+						}
+						prev = ev.At
+					}
+				}
+			}
+			b.StopTimer()
+			sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+			b.ReportMetric(float64(gaps[len(gaps)/2].Microseconds()), "p50-µs/step")
+			b.ReportMetric(float64(gaps[len(gaps)*99/100].Microseconds()), "p99-µs/step")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// BenchmarkAggregateSteps measures steps per second across 1, 16 and 64
+// concurrent runs sharing one store (group commit).
+func BenchmarkAggregateSteps(b *testing.B) {
+	for _, tool := range []string{"echo", "mutate_echo"} {
+		for _, conc := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("tool=%s/runs=%d", tool, conc), func(b *testing.B) {
+				const steps = 25
+				f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: steps, tool: tool}, dir: b.TempDir()})
+				defer f.p.Close()
+				ctx := context.Background()
+				total := 0
+				var elapsed time.Duration
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					ids := make([]string, conc)
+					for j := range ids {
+						r, err := f.p.StartRun(ctx, startReq())
+						if err != nil {
+							b.Fatal(err)
+						}
+						ids[j] = r.ID
+					}
+					start := time.Now()
+					var wg sync.WaitGroup
+					for _, id := range ids {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							if _, err := f.p.Engine.Execute(ctx, id); err != nil {
+								b.Error(err)
+							}
+						}()
+					}
+					wg.Wait()
+					elapsed += time.Since(start)
+					total += conc * (steps + 1)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(total)/elapsed.Seconds(), "steps/s")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+// BenchmarkTraceSize reports, for a 25-step run with realistic payloads
+// (about 1.2 KB of model output and 5 KB of tool result per step), the bytes
+// the trace occupies against the unique content it holds and against naive
+// logging of the full prompt at every step.
+func BenchmarkTraceSize(b *testing.B) {
+	f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: 25, tool: "echo", argSize: 5000}, dir: b.TempDir()})
+	defer f.p.Close()
+	ctx := context.Background()
+	var traceBytes, unique, naive int64
+	for i := 0; i < b.N; i++ {
+		run, evs := f.runB(b, "bench")
+		traceBytes, unique, naive = 0, 0, 0
+		blobs := map[string]bool{}
+		for _, ev := range evs {
+			// Stored row: payload + fixed columns (seq, step, at: 8 bytes
+			// each; two 32-byte hashes; the type and run id).
+			traceBytes += int64(len(ev.Payload)) + 24 + 64 + int64(len(ev.Type)+len(ev.RunID))
+			for _, c := range blobRefsOf(ev.Payload) {
+				if !blobs[c.Blob] {
+					blobs[c.Blob] = true
+					traceBytes += c.Size
+				}
+			}
+			switch ev.Type {
+			case trace.EvRunStarted:
+				var p trace.RunStarted
+				json.Unmarshal(ev.Payload, &p)
+				unique += p.System.Size + p.ToolDefs.Size + int64(len(p.Task))
+			case trace.EvModelCall:
+				var p trace.ModelCall
+				json.Unmarshal(ev.Payload, &p)
+				naive += p.PromptBytes
+				for _, part := range p.Response.Content {
+					unique += int64(len(part.Text) + len(part.Input))
+					naive += int64(len(part.Text) + len(part.Input))
+				}
+			case trace.EvToolResult:
+				var p trace.ToolResult
+				json.Unmarshal(ev.Payload, &p)
+				unique += p.Bytes
+				naive += p.Bytes
+			}
+		}
+		_ = run
+	}
+	_ = ctx
+	b.ReportMetric(float64(traceBytes), "trace-bytes")
+	b.ReportMetric(float64(unique), "unique-bytes")
+	b.ReportMetric(float64(naive), "naive-bytes")
+	b.ReportMetric(float64(traceBytes)/float64(unique), "trace/unique")
+	b.ReportMetric(float64(naive)/float64(traceBytes), "naive/trace")
+	b.ReportMetric(0, "ns/op")
+}
+
+func blobRefsOf(payload []byte) []trace.Content {
+	var out []trace.Content
+	var walk func(any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if bl, ok := x["blob"].(string); ok {
+				size, _ := x["size"].(float64)
+				out = append(out, trace.Content{Blob: bl, Size: int64(size)})
+			}
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	var v any
+	if json.Unmarshal(payload, &v) == nil {
+		walk(v)
+	}
+	return out
+}
+
+var _ = engine.Durable

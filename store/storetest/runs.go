@@ -1,0 +1,286 @@
+package storetest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/store"
+)
+
+func testRuns(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("CreateGet", func(t *testing.T) {
+		s := newStore(t)
+		want := &store.Run{
+			ID: "run-1", Tenant: "acme", User: "alice", Agent: "support", AgentVersion: 3,
+			Task: "refund order 42", Mode: modeAsync, Status: store.StatusQueued,
+			CreatedAt: Base.Add(123456789 * time.Nanosecond), ParentRunID: "run-0",
+		}
+		in := *want
+		ok(t, "CreateRun", s.CreateRun(t.Context(), &in))
+		got := getRun(t, s, "run-1")
+		if got.ID != want.ID || got.Tenant != want.Tenant || got.User != want.User || got.Agent != want.Agent ||
+			got.AgentVersion != want.AgentVersion || got.Task != want.Task || got.Mode != want.Mode ||
+			got.Status != store.StatusQueued || got.ParentRunID != want.ParentRunID {
+			t.Fatalf("GetRun = %+v\nwant %+v", got, want)
+		}
+		if !got.CreatedAt.Equal(want.CreatedAt.Truncate(time.Microsecond)) {
+			t.Errorf("CreatedAt = %v, want %v", got.CreatedAt, want.CreatedAt.Truncate(time.Microsecond))
+		}
+		if got.LastSeq != 0 || got.Steps != 0 || got.LeaseOwner != "" || got.Result != "" {
+			t.Errorf("new run has LastSeq %d, Steps %d, LeaseOwner %q, Result %q; want zero values",
+				got.LastSeq, got.Steps, got.LeaseOwner, got.Result)
+		}
+
+		dup := *want
+		dup.Task = "something else"
+		wantErr(t, "CreateRun(duplicate id)", s.CreateRun(t.Context(), &dup), store.ErrConflict)
+		if got := getRun(t, s, "run-1"); got.Task != want.Task {
+			t.Errorf("duplicate CreateRun overwrote Task: %q", got.Task)
+		}
+
+		_, err := s.GetRun(t.Context(), "no-such-run")
+		wantErr(t, "GetRun(missing)", err, store.ErrNotFound)
+	})
+
+	t.Run("List", func(t *testing.T) {
+		s := newStore(t)
+		for i, r := range []struct{ id, tenant, agent string }{
+			{"r1", "t1", "a"}, {"r2", "t1", "b"}, {"r3", "t2", "a"}, {"r4", "t2", "b"}, {"r5", "t1", "a"},
+		} {
+			ok(t, "CreateRun", s.CreateRun(t.Context(), &store.Run{
+				ID: r.id, Tenant: r.tenant, User: "u", Agent: r.agent, AgentVersion: 1, Task: "x",
+				Mode: modeAsync, Status: store.StatusQueued, CreatedAt: Base.Add(time.Duration(i) * time.Minute),
+			}))
+		}
+		// Finish r2 so that the status filter has something to tell apart.
+		r2 := claim(t, s, "r2", "w", Base)
+		ok(t, "ReleaseRun", s.ReleaseRun(t.Context(), "r2", r2.LeaseEpoch, store.RunUpdate{Status: ptr(store.StatusCompleted)}))
+
+		for _, tc := range []struct {
+			name string
+			f    store.RunFilter
+			want []string
+		}{
+			{"all", store.RunFilter{}, []string{"r1", "r2", "r3", "r4", "r5"}},
+			{"tenant", store.RunFilter{Tenant: "t1"}, []string{"r1", "r2", "r5"}},
+			{"agent", store.RunFilter{Agent: "b"}, []string{"r2", "r4"}},
+			{"tenant+agent", store.RunFilter{Tenant: "t2", Agent: "a"}, []string{"r3"}},
+			{"status completed", store.RunFilter{Status: store.StatusCompleted}, []string{"r2"}},
+			{"status queued", store.RunFilter{Status: store.StatusQueued}, []string{"r1", "r3", "r4", "r5"}},
+			{"tenant+status", store.RunFilter{Tenant: "t1", Status: store.StatusQueued}, []string{"r1", "r5"}},
+			{"no match", store.RunFilter{Tenant: "t3"}, nil},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				rs, err := s.ListRuns(t.Context(), tc.f)
+				ok(t, "ListRuns", err)
+				if got := runIDs(rs); !slices.Equal(got, tc.want) {
+					t.Errorf("ListRuns(%+v) = %v, want %v", tc.f, got, tc.want)
+				}
+			})
+		}
+		t.Run("limit", func(t *testing.T) {
+			rs, err := s.ListRuns(t.Context(), store.RunFilter{Tenant: "t1", Limit: 2})
+			ok(t, "ListRuns", err)
+			got := runIDs(rs)
+			if len(got) != 2 {
+				t.Fatalf("ListRuns(Limit 2) = %v, want 2 runs", got)
+			}
+			for _, id := range got {
+				if !slices.Contains([]string{"r1", "r2", "r5"}, id) {
+					t.Errorf("ListRuns(Tenant t1, Limit 2) returned %s of another tenant", id)
+				}
+			}
+		})
+	})
+}
+
+// runIDs returns the sorted ids of rs (list order is not part of the contract).
+func runIDs(rs []*store.Run) []string {
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func testLeases(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("ClaimOrder", func(t *testing.T) {
+		s := newStore(t)
+		// Not runnable: a finished run and a run waiting for a timer that
+		// has not fired, both older than every queued run.
+		newRun(t, s, "done", modeStream, Base.Add(-10*time.Hour))
+		d := claim(t, s, "done", "setup", Base)
+		ok(t, "ReleaseRun(done)", s.ReleaseRun(t.Context(), "done", d.LeaseEpoch, store.RunUpdate{Status: ptr(store.StatusCompleted)}))
+		newRun(t, s, "sleeper", modeStream, Base.Add(-9*time.Hour))
+		sl := claim(t, s, "sleeper", "setup", Base)
+		ok(t, "ReleaseRun(sleeper)", s.ReleaseRun(t.Context(), "sleeper", sl.LeaseEpoch,
+			store.RunUpdate{Status: ptr(store.StatusWaiting), WakeAt: ptr(Base.Add(24 * time.Hour))}))
+
+		newRun(t, s, "async-old", modeAsync, Base.Add(-4*time.Hour))
+		newRun(t, s, "stream-new", modeStream, Base.Add(-1*time.Hour))
+		newRun(t, s, "async-new", modeAsync, Base.Add(-30*time.Minute))
+		newRun(t, s, "stream-old", modeStream, Base.Add(-2*time.Hour))
+
+		for _, want := range []string{"stream-old", "stream-new", "async-old", "async-new"} {
+			r, err := s.ClaimRun(t.Context(), "worker", leaseTTL, Base)
+			ok(t, "ClaimRun (want "+want+")", err)
+			checkLease(t, r, want, "worker", Base)
+		}
+		_, err := s.ClaimRun(t.Context(), "worker", leaseTTL, Base)
+		wantErr(t, "ClaimRun with every run leased, finished or asleep", err, store.ErrNotFound)
+	})
+
+	t.Run("ExpiryAndFencing", func(t *testing.T) {
+		s := newStore(t)
+		newRun(t, s, "r", modeAsync, Base)
+		a, err := s.ClaimRun(t.Context(), "A", leaseTTL, Base)
+		ok(t, "ClaimRun(A)", err)
+		checkLease(t, a, "r", "A", Base)
+		if got := getRun(t, s, "r"); got.LeaseOwner != "A" || got.LeaseEpoch != a.LeaseEpoch || got.Status != store.StatusRunning {
+			t.Fatalf("stored lease = %q epoch %d status %s, want A epoch %d running", got.LeaseOwner, got.LeaseEpoch, got.Status, a.LeaseEpoch)
+		}
+
+		_, err = s.ClaimRun(t.Context(), "B", leaseTTL, Base.Add(30*time.Second))
+		wantErr(t, "ClaimRun while leased", err, store.ErrNotFound)
+		if _, err := s.ClaimRunByID(t.Context(), "r", "B", leaseTTL, Base.Add(30*time.Second)); err == nil {
+			t.Fatal("ClaimRunByID of a leased run succeeded")
+		}
+
+		// Renewal at +50s moves expiry to +110s: +90s is still within it.
+		ok(t, "RenewLease", s.RenewLease(t.Context(), "r", a.LeaseEpoch, leaseTTL, Base.Add(50*time.Second)))
+		_, err = s.ClaimRun(t.Context(), "B", leaseTTL, Base.Add(90*time.Second))
+		wantErr(t, "ClaimRun after renewal, before the renewed expiry", err, store.ErrNotFound)
+
+		at := Base.Add(111 * time.Second)
+		b, err := s.ClaimRun(t.Context(), "B", leaseTTL, at)
+		ok(t, "ClaimRun after expiry", err)
+		checkLease(t, b, "r", "B", at)
+		if b.LeaseEpoch <= a.LeaseEpoch {
+			t.Fatalf("epoch after takeover = %d, want > %d", b.LeaseEpoch, a.LeaseEpoch)
+		}
+
+		wantErr(t, "RenewLease(stale epoch)", s.RenewLease(t.Context(), "r", a.LeaseEpoch, leaseTTL, at), store.ErrLeaseLost)
+		wantErr(t, "ReleaseRun(stale epoch)", s.ReleaseRun(t.Context(), "r", a.LeaseEpoch,
+			store.RunUpdate{Status: ptr(store.StatusFailed), Result: ptr("stale")}), store.ErrLeaseLost)
+		if got := getRun(t, s, "r"); got.Status != store.StatusRunning || got.LeaseOwner != "B" || got.Result != "" {
+			t.Fatalf("after stale release: status %s owner %q result %q, want running, B, empty", got.Status, got.LeaseOwner, got.Result)
+		}
+
+		ok(t, "RenewLease(current epoch)", s.RenewLease(t.Context(), "r", b.LeaseEpoch, leaseTTL, at.Add(10*time.Second)))
+		ok(t, "ReleaseRun(current epoch)", s.ReleaseRun(t.Context(), "r", b.LeaseEpoch,
+			store.RunUpdate{Status: ptr(store.StatusCompleted), Result: ptr("done")}))
+		got := getRun(t, s, "r")
+		if got.Status != store.StatusCompleted || got.Result != "done" || got.LeaseOwner != "" {
+			t.Fatalf("after release: status %s result %q owner %q, want completed, done, no owner", got.Status, got.Result, got.LeaseOwner)
+		}
+		_, err = s.ClaimRun(t.Context(), "C", leaseTTL, at.Add(time.Hour))
+		wantErr(t, "ClaimRun of a completed run", err, store.ErrNotFound)
+	})
+
+	t.Run("ReleaseToQueueIsClaimable", func(t *testing.T) {
+		s := newStore(t)
+		newRun(t, s, "r", modeAsync, Base)
+		a := claim(t, s, "r", "A", Base)
+		// Released before expiry: claimable at once, not only after the TTL.
+		ok(t, "ReleaseRun(queued)", s.ReleaseRun(t.Context(), "r", a.LeaseEpoch, store.RunUpdate{Status: ptr(store.StatusQueued)}))
+		b, err := s.ClaimRun(t.Context(), "B", leaseTTL, Base.Add(time.Second))
+		ok(t, "ClaimRun after release", err)
+		checkLease(t, b, "r", "B", Base.Add(time.Second))
+		if b.LeaseEpoch <= a.LeaseEpoch {
+			t.Fatalf("epoch = %d, want > %d", b.LeaseEpoch, a.LeaseEpoch)
+		}
+	})
+
+	t.Run("WakeAt", func(t *testing.T) {
+		s := newStore(t)
+		newRun(t, s, "r", modeAsync, Base)
+		a := claim(t, s, "r", "A", Base)
+		wake := Base.Add(10 * time.Minute)
+		ok(t, "ReleaseRun(waiting)", s.ReleaseRun(t.Context(), "r", a.LeaseEpoch,
+			store.RunUpdate{Status: ptr(store.StatusWaiting), WakeAt: &wake}))
+		got := getRun(t, s, "r")
+		if got.Status != store.StatusWaiting || !got.WakeAt.Equal(wake) || got.LeaseOwner != "" {
+			t.Fatalf("after release: status %s WakeAt %v owner %q, want waiting, %v, no owner", got.Status, got.WakeAt, got.LeaseOwner, wake)
+		}
+		for _, now := range []time.Time{Base.Add(2 * time.Minute), wake.Add(-time.Millisecond)} {
+			_, err := s.ClaimRun(t.Context(), "B", leaseTTL, now)
+			wantErr(t, "ClaimRun before WakeAt at "+now.String(), err, store.ErrNotFound)
+			if _, err := s.ClaimRunByID(t.Context(), "r", "B", leaseTTL, now); err == nil {
+				t.Fatalf("ClaimRunByID before WakeAt at %v succeeded", now)
+			}
+		}
+		at := wake.Add(time.Second)
+		b, err := s.ClaimRun(t.Context(), "B", leaseTTL, at)
+		ok(t, "ClaimRun after WakeAt", err)
+		checkLease(t, b, "r", "B", at)
+		if b.LeaseEpoch <= a.LeaseEpoch {
+			t.Fatalf("epoch = %d, want > %d", b.LeaseEpoch, a.LeaseEpoch)
+		}
+	})
+
+	t.Run("SignalWakes", func(t *testing.T) {
+		s := newStore(t)
+		newRun(t, s, "r", modeAsync, Base)
+		newRun(t, s, "other", modeAsync, Base.Add(time.Second))
+		o := claim(t, s, "other", "A", Base)
+		a := claim(t, s, "r", "A", Base)
+		ok(t, "ReleaseRun(waiting)", s.ReleaseRun(t.Context(), "r", a.LeaseEpoch, store.RunUpdate{Status: ptr(store.StatusWaiting)}))
+		ok(t, "ReleaseRun(other waiting)", s.ReleaseRun(t.Context(), "other", o.LeaseEpoch, store.RunUpdate{Status: ptr(store.StatusWaiting)}))
+
+		far := Base.Add(1000 * time.Hour)
+		_, err := s.ClaimRun(t.Context(), "B", leaseTTL, far)
+		wantErr(t, "ClaimRun of runs waiting without a timer or signal", err, store.ErrNotFound)
+
+		ok(t, "SendSignal", s.SendSignal(t.Context(), &store.Signal{RunID: "r", Kind: "message", Payload: []byte(`{"text":"hi"}`)}))
+		b, err := s.ClaimRun(t.Context(), "B", leaseTTL, Base.Add(time.Minute))
+		ok(t, "ClaimRun after signal", err)
+		checkLease(t, b, "r", "B", Base.Add(time.Minute))
+		if b.LeaseEpoch <= a.LeaseEpoch {
+			t.Fatalf("epoch = %d, want > %d", b.LeaseEpoch, a.LeaseEpoch)
+		}
+		// The signal was for r only.
+		_, err = s.ClaimRun(t.Context(), "B", leaseTTL, Base.Add(time.Minute))
+		wantErr(t, "ClaimRun of the run that got no signal", err, store.ErrNotFound)
+
+		// Once the signal is consumed, a run waiting again stays asleep.
+		sigs, err := s.PendingSignals(t.Context(), "r")
+		ok(t, "PendingSignals", err)
+		if len(sigs) != 1 {
+			t.Fatalf("PendingSignals = %d signals, want 1", len(sigs))
+		}
+		c := &chain{runID: "r"}
+		evs := c.next(1, "signal")
+		ok(t, "Append(consume)", s.Append(t.Context(), store.AppendRequest{RunID: "r", Epoch: b.LeaseEpoch, Events: evs,
+			Durable: true, ConsumeSignals: []int64{sigs[0].ID}}))
+		ok(t, "ReleaseRun(waiting again)", s.ReleaseRun(t.Context(), "r", b.LeaseEpoch, store.RunUpdate{Status: ptr(store.StatusWaiting)}))
+		_, err = s.ClaimRun(t.Context(), "C", leaseTTL, far)
+		wantErr(t, "ClaimRun after the signal was consumed", err, store.ErrNotFound)
+	})
+
+	t.Run("ClaimRunByID", func(t *testing.T) {
+		s := newStore(t)
+		newRun(t, s, "older", modeStream, Base.Add(-time.Hour))
+		newRun(t, s, "younger", modeAsync, Base)
+		y := claim(t, s, "younger", "A", Base) // not the one ClaimRun would pick
+		if _, err := s.ClaimRunByID(t.Context(), "younger", "B", leaseTTL, Base.Add(time.Second)); err == nil {
+			t.Fatal("ClaimRunByID of a leased run succeeded")
+		}
+		if got := getRun(t, s, "younger"); got.LeaseOwner != "A" || got.LeaseEpoch != y.LeaseEpoch {
+			t.Fatalf("failed claim changed the lease: owner %q epoch %d", got.LeaseOwner, got.LeaseEpoch)
+		}
+		_, err := s.ClaimRunByID(t.Context(), "missing", "B", leaseTTL, Base)
+		wantErr(t, "ClaimRunByID(missing)", err, store.ErrNotFound)
+		r, err := s.ClaimRun(t.Context(), "B", leaseTTL, Base)
+		ok(t, "ClaimRun", err)
+		checkLease(t, r, "older", "B", Base)
+		at := Base.Add(2 * leaseTTL)
+		y2, err := s.ClaimRunByID(t.Context(), "younger", "B", leaseTTL, at)
+		ok(t, "ClaimRunByID after expiry", err)
+		checkLease(t, y2, "younger", "B", at)
+		if y2.LeaseEpoch <= y.LeaseEpoch {
+			t.Fatalf("epoch = %d, want > %d", y2.LeaseEpoch, y.LeaseEpoch)
+		}
+	})
+}
