@@ -25,6 +25,10 @@ import (
 	"github.com/agentplane/agentplane/trace"
 )
 
+// displayPreview is the preview kept with blobs only people read (arguments,
+// instructions); tool results keep Options.PreviewBytes, which the model sees.
+const displayPreview = 128
+
 // Budgets are the four bounds of a run.
 type Budgets struct {
 	MaxSteps       int         `json:"max_steps"`
@@ -200,11 +204,11 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		if err != nil {
 			return nil, err
 		}
-		sys, err := trace.MakeContent(ctx, env.Blobs(), []byte(a.Instructions), l.o.InlineLimit, l.o.PreviewBytes)
+		sys, err := trace.MakeContent(ctx, env.Blobs(), []byte(a.Instructions), l.o.InlineLimit, displayPreview)
 		if err != nil {
 			return nil, err
 		}
-		td, err := trace.MakeContent(ctx, env.Blobs(), defsJSON, l.o.InlineLimit, l.o.PreviewBytes)
+		td, err := trace.MakeContent(ctx, env.Blobs(), defsJSON, l.o.InlineLimit, displayPreview)
 		if err != nil {
 			return nil, err
 		}
@@ -412,7 +416,7 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 				Step: step, Index: index, Tool: call.Name, Args: args, Manifest: m,
 				Agent: run.Agent, AgentVersion: run.AgentVersion, Run: st.runState()})
 		}
-		ac, err := trace.MakeContent(ctx, st.env.Blobs(), args, l.o.InlineLimit, l.o.PreviewBytes)
+		ac, err := trace.MakeContent(ctx, st.env.Blobs(), args, l.o.InlineLimit, displayPreview)
 		if err != nil {
 			return nil, err
 		}
@@ -455,7 +459,11 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		r.Truncated = len(out) > limit
 		sum := sha256.Sum256(out)
 		r.ResultHash = hex.EncodeToString(sum[:])
-		c, err := trace.MakeContent(ctx, st.env.Blobs(), out, l.o.InlineLimit, l.o.PreviewBytes)
+		preview := displayPreview
+		if r.Truncated {
+			preview = l.o.PreviewBytes // the model reads this preview
+		}
+		c, err := trace.MakeContent(ctx, st.env.Blobs(), out, l.o.InlineLimit, preview)
 		if err != nil {
 			return nil, err
 		}

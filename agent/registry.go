@@ -1,0 +1,307 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/tool"
+)
+
+// Alias names with a meaning of their own.
+const (
+	// AliasProd is what a bare agent name resolves to, when set.
+	AliasProd = "prod"
+	// AliasLatest always points at the highest stored version. Apply
+	// maintains it; SetAlias refuses to.
+	AliasLatest = "latest"
+)
+
+var reAlias = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// Registry stores agent definitions as immutable versions and resolves
+// names, versions and aliases to them. Every definition it returns is bound
+// to the tools in force (see Definition.Bind), so a version whose tools
+// have gone fails to resolve instead of running without them. A Registry is
+// safe for concurrent use if its store is.
+type Registry struct {
+	store store.AgentStore
+	tools func(context.Context) (*tool.Set, error)
+	now   func() time.Time
+}
+
+// NewRegistry returns a registry over s. tools returns the tool manifests
+// currently in force; it is called on every Apply and on every lookup.
+func NewRegistry(s store.AgentStore, tools func(context.Context) (*tool.Set, error)) *Registry {
+	return &Registry{store: s, tools: tools, now: time.Now}
+}
+
+// Apply validates d, checks that every grant resolves against the current
+// tools, and stores it as version d.Version of agent d.Agent. Storing the
+// same content again does nothing and returns created=false. Different
+// content under a stored version is an error wrapping store.ErrConflict:
+// versions are immutable, so bump the version. Apply also points the
+// latest alias at the highest stored version. d itself is not changed.
+func (r *Registry) Apply(ctx context.Context, d *Definition) (created bool, err error) {
+	if d == nil {
+		return false, errors.New("agent registry: nil definition")
+	}
+	spec := d.CanonicalJSON()
+	fresh, err := DefinitionFromJSON(spec)
+	if err != nil {
+		return false, fmt.Errorf("agent %q version %d is invalid: %w", d.Agent, d.Version, err)
+	}
+	if err := r.bind(ctx, fresh); err != nil {
+		return false, err
+	}
+	created, err = r.store.PutAgentVersion(ctx, &store.AgentVersion{
+		Name:      fresh.Agent,
+		Version:   fresh.Version,
+		Spec:      spec,
+		SpecHash:  sha256.Sum256(spec),
+		CreatedAt: r.now().UTC(),
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return false, fmt.Errorf("agent %q version %d already exists with different content; versions are immutable, so bump the version: %w",
+			fresh.Agent, fresh.Version, err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("storing agent %q version %d: %w", fresh.Agent, fresh.Version, err)
+	}
+	if err := r.updateLatest(ctx, fresh.Agent); err != nil {
+		return created, err
+	}
+	return created, nil
+}
+
+// updateLatest points the latest alias at the highest stored version. The
+// alias only moves forward, and every write is checked by a fresh read, so
+// concurrent Applies leave it at the highest version.
+func (r *Registry) updateLatest(ctx context.Context, name string) error {
+	const maxAttempts = 10
+	for attempt := 0; ; attempt++ {
+		top, err := r.latestVersion(ctx, name)
+		if err != nil {
+			return err
+		}
+		cur, err := r.store.GetAlias(ctx, name, AliasLatest)
+		switch {
+		case err == nil && cur.Version >= top:
+			return nil
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("agent %q: reading alias latest: %w", name, err)
+		case attempt == maxAttempts:
+			return fmt.Errorf("agent %q: alias latest keeps changing; apply again", name)
+		}
+		err = r.store.SetAlias(ctx, &store.Alias{Agent: name, Alias: AliasLatest, Version: top, UpdatedAt: r.now().UTC()})
+		if err != nil {
+			return fmt.Errorf("agent %q: setting alias latest: %w", name, err)
+		}
+	}
+}
+
+// latestVersion returns the highest stored version of name, read from the
+// versions themselves so that a concurrent Apply cannot make it stale.
+func (r *Registry) latestVersion(ctx context.Context, name string) (int, error) {
+	vs, err := r.store.ListAgentVersions(ctx, name)
+	if err != nil {
+		return 0, fmt.Errorf("agent %q: listing versions: %w", name, err)
+	}
+	top := 0
+	for _, v := range vs {
+		if v.Name == name && v.Version > top {
+			top = v.Version
+		}
+	}
+	if top == 0 {
+		return 0, fmt.Errorf("agent %q: %w", name, store.ErrNotFound)
+	}
+	return top, nil
+}
+
+func (r *Registry) bind(ctx context.Context, d *Definition) error {
+	if r.tools == nil {
+		return errors.New("agent registry: no tool source")
+	}
+	set, err := r.tools(ctx)
+	if err != nil {
+		return fmt.Errorf("agent %q version %d: loading tools: %w", d.Agent, d.Version, err)
+	}
+	return d.Bind(set)
+}
+
+// Get returns version version of agent name, bound to the current tools.
+// A missing version is an error wrapping store.ErrNotFound.
+func (r *Registry) Get(ctx context.Context, name string, version int) (*Definition, error) {
+	v, err := r.store.GetAgentVersion(ctx, name, version)
+	if err != nil {
+		return nil, fmt.Errorf("agent %q version %d: %w", name, version, err)
+	}
+	if sha256.Sum256(v.Spec) != v.SpecHash {
+		return nil, fmt.Errorf("agent %q version %d: stored definition does not match its hash", name, version)
+	}
+	d, err := DefinitionFromJSON(v.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("agent %q version %d: stored definition is invalid: %w", name, version, err)
+	}
+	if d.Agent != name || d.Version != version {
+		return nil, fmt.Errorf("agent %q version %d: stored definition is %q version %d", name, version, d.Agent, d.Version)
+	}
+	if err := r.bind(ctx, d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Resolve finds the definition a new run should use. ref is "name",
+// "name@7" (a version) or "name@prod" (an alias); a bare name means the
+// prod alias if set, else the latest version. When the alias has a canary,
+// CanaryPercent of runs go to CanaryVersion, chosen by a hash of runID, so
+// the same run always resolves the same way. Resolve returns the
+// definition and its version.
+func (r *Registry) Resolve(ctx context.Context, ref, runID string) (*Definition, int, error) {
+	name, sel, hasSel := strings.Cut(ref, "@")
+	if !reAgentName.MatchString(name) || hasSel && sel == "" {
+		return nil, 0, fmt.Errorf("agent reference %q: want name, name@VERSION or name@ALIAS", ref)
+	}
+	if n, err := strconv.Atoi(sel); err == nil {
+		if n < 1 {
+			return nil, 0, fmt.Errorf("agent reference %q: versions start at 1", ref)
+		}
+		d, err := r.Get(ctx, name, n)
+		return d, n, err
+	}
+	alias := sel
+	if !hasSel {
+		alias = AliasProd
+	}
+	if alias == AliasLatest {
+		return r.resolveLatest(ctx, name)
+	}
+	if !reAlias.MatchString(alias) {
+		return nil, 0, fmt.Errorf("agent reference %q: invalid alias %q", ref, alias)
+	}
+	a, err := r.store.GetAlias(ctx, name, alias)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && !hasSel:
+		return r.resolveLatest(ctx, name)
+	case errors.Is(err, store.ErrNotFound):
+		return nil, 0, fmt.Errorf("agent %q has no alias %q: %w", name, alias, err)
+	case err != nil:
+		return nil, 0, fmt.Errorf("agent %q: reading alias %q: %w", name, alias, err)
+	}
+	version := a.Version
+	if a.CanaryPercent > 0 && a.CanaryVersion > 0 && CanaryBucket(runID) < a.CanaryPercent {
+		version = a.CanaryVersion
+	}
+	d, err := r.Get(ctx, name, version)
+	return d, version, err
+}
+
+func (r *Registry) resolveLatest(ctx context.Context, name string) (*Definition, int, error) {
+	top, err := r.latestVersion(ctx, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	d, err := r.Get(ctx, name, top)
+	return d, top, err
+}
+
+// CanaryBucket places a run in one of 100 buckets (0..99) by a hash of its
+// ID. A canary of p percent takes the runs in buckets below p.
+func CanaryBucket(runID string) int {
+	sum := sha256.Sum256([]byte(runID))
+	return int(binary.BigEndian.Uint64(sum[:8]) % 100)
+}
+
+// SetAlias points alias of agent name at version, sending canaryPercent
+// percent of new runs to canaryVersion instead (0 and 0 for no canary).
+// Both versions must exist and still resolve their tools. The latest alias
+// is maintained by Apply and cannot be set.
+func (r *Registry) SetAlias(ctx context.Context, name, alias string, version int, canaryVersion, canaryPercent int) error {
+	switch {
+	case !reAgentName.MatchString(name):
+		return fmt.Errorf("agent name %q is invalid", name)
+	case alias == AliasLatest:
+		return errors.New("alias latest always points at the highest version and cannot be set")
+	case !reAlias.MatchString(alias):
+		return fmt.Errorf("alias %q: must be lower case letters, digits, _ and -, starting with a letter, at most 32 characters", alias)
+	case canaryPercent < 0 || canaryPercent > 100:
+		return fmt.Errorf("alias %q: canary percent must be between 0 and 100 (got %d)", alias, canaryPercent)
+	case canaryPercent > 0 && canaryVersion == 0:
+		return fmt.Errorf("alias %q: a canary percent needs a canary version", alias)
+	case canaryPercent == 0 && canaryVersion != 0:
+		return fmt.Errorf("alias %q: a canary version needs a canary percent", alias)
+	case canaryVersion != 0 && canaryVersion == version:
+		return fmt.Errorf("alias %q: the canary version is the alias's own version %d", alias, version)
+	}
+	if _, err := r.Get(ctx, name, version); err != nil {
+		return fmt.Errorf("alias %q: %w", alias, err)
+	}
+	if canaryVersion != 0 {
+		if _, err := r.Get(ctx, name, canaryVersion); err != nil {
+			return fmt.Errorf("alias %q: canary: %w", alias, err)
+		}
+	}
+	err := r.store.SetAlias(ctx, &store.Alias{
+		Agent:         name,
+		Alias:         alias,
+		Version:       version,
+		CanaryVersion: canaryVersion,
+		CanaryPercent: canaryPercent,
+		UpdatedAt:     r.now().UTC(),
+	})
+	if err != nil {
+		return fmt.Errorf("agent %q: setting alias %q: %w", name, alias, err)
+	}
+	return nil
+}
+
+// Summary describes one agent in the registry.
+type Summary struct {
+	Name string
+	// Versions are the stored versions, ascending.
+	Versions []int
+	// Aliases are sorted by alias name, latest included.
+	Aliases []store.Alias
+}
+
+// List describes every agent in the registry, sorted by name.
+func (r *Registry) List(ctx context.Context) ([]Summary, error) {
+	vs, err := r.store.ListAgentVersions(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("listing agent versions: %w", err)
+	}
+	byName := map[string]*Summary{}
+	for _, v := range vs {
+		s := byName[v.Name]
+		if s == nil {
+			s = &Summary{Name: v.Name}
+			byName[v.Name] = s
+		}
+		s.Versions = append(s.Versions, v.Version)
+	}
+	out := make([]Summary, 0, len(byName))
+	for _, s := range byName {
+		sort.Ints(s.Versions)
+		as, err := r.store.ListAliases(ctx, s.Name)
+		if err != nil {
+			return nil, fmt.Errorf("agent %q: listing aliases: %w", s.Name, err)
+		}
+		for _, a := range as {
+			s.Aliases = append(s.Aliases, *a)
+		}
+		sort.Slice(s.Aliases, func(i, j int) bool { return s.Aliases[i].Alias < s.Aliases[j].Alias })
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
