@@ -167,19 +167,19 @@ func (s *Store) commit(batch []*appendOp) {
 		if len(op.req.Events) == 0 && op.req.Update == nil && len(op.req.ConsumeSignals) == 0 {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT op"); err != nil {
+		if _, err := tx.StmtContext(ctx, s.stmts.savepoint).ExecContext(ctx); err != nil {
 			errs[i] = err
 			continue
 		}
-		if err := appendOne(ctx, tx, &op.req); err != nil {
+		if err := s.stmts.appendOne(ctx, tx, &op.req); err != nil {
 			errs[i] = err
-			if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO op"); rbErr != nil {
+			if _, rbErr := tx.StmtContext(ctx, s.stmts.rollbackTo).ExecContext(ctx); rbErr != nil {
 				tx.Rollback()
 				finish(fmt.Errorf("sqlite store: rollback to savepoint: %w", rbErr))
 				return
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE op"); err != nil {
+		if _, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx); err != nil {
 			tx.Rollback()
 			finish(fmt.Errorf("sqlite store: release savepoint: %w", err))
 			return
@@ -192,9 +192,60 @@ func (s *Store) commit(batch []*appendOp) {
 	finish(nil)
 }
 
-func appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error {
+// writeStmts are the statements of the append path, prepared once on the
+// single writing connection (parsing SQL per event dominated the profile).
+type writeStmts struct {
+	head, insert, consume, update, savepoint, rollbackTo, release *sql.Stmt
+}
+
+const updateRunSQL = `UPDATE runs SET last_seq = ?,
+  status = COALESCE(?, status), steps = COALESCE(?, steps), input_tokens = COALESCE(?, input_tokens),
+  output_tokens = COALESCE(?, output_tokens), cost_micros = COALESCE(?, cost_micros),
+  currency = COALESCE(?, currency), cost_unknown = COALESCE(?, cost_unknown), result = COALESCE(?, result),
+  wake_at = COALESCE(?, wake_at)
+WHERE id = ?`
+
+func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
+	var w writeStmts
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&w.head, "SELECT last_seq, lease_epoch FROM runs WHERE id = ?"},
+		{&w.insert, "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)"},
+		{&w.consume, "UPDATE signals SET consumed = 1 WHERE id = ? AND run_id = ? AND consumed = 0"},
+		{&w.update, updateRunSQL},
+		{&w.savepoint, "SAVEPOINT op"},
+		{&w.rollbackTo, "ROLLBACK TO op"},
+		{&w.release, "RELEASE op"},
+	} {
+		st, err := db.PrepareContext(ctx, p.q)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite store: prepare %q: %w", p.q, err)
+		}
+		*p.dst = st
+	}
+	return &w, nil
+}
+
+func (w *writeStmts) close() {
+	for _, st := range []*sql.Stmt{w.head, w.insert, w.consume, w.update, w.savepoint, w.rollbackTo, w.release} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+func opt[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error {
 	var lastSeq, epoch int64
-	err := tx.QueryRowContext(ctx, "SELECT last_seq, lease_epoch FROM runs WHERE id = ?", req.RunID).Scan(&lastSeq, &epoch)
+	err := tx.StmtContext(ctx, w.head).QueryRowContext(ctx, req.RunID).Scan(&lastSeq, &epoch)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("append to run %s: %w", req.RunID, store.ErrNotFound)
 	}
@@ -209,15 +260,14 @@ func appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error 
 		if ev.Seq != lastSeq+1 {
 			return fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, ev.Seq, lastSeq, store.ErrConflict)
 		}
-		if _, err := tx.ExecContext(ctx,
-			"INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)",
+		if _, err := tx.StmtContext(ctx, w.insert).ExecContext(ctx,
 			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]); err != nil {
 			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
 		}
 		lastSeq = ev.Seq
 	}
 	for _, id := range req.ConsumeSignals {
-		res, err := tx.ExecContext(ctx, "UPDATE signals SET consumed = 1 WHERE id = ? AND run_id = ? AND consumed = 0", id, req.RunID)
+		res, err := tx.StmtContext(ctx, w.consume).ExecContext(ctx, id, req.RunID)
 		if err != nil {
 			return err
 		}
@@ -225,13 +275,20 @@ func appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error 
 			return fmt.Errorf("append to run %s: signal %d already consumed: %w", req.RunID, id, store.ErrConflict)
 		}
 	}
-	q, args := runUpdateSQL(req.Update)
-	args = append([]any{lastSeq}, args...)
-	args = append(args, req.RunID)
-	if _, err := tx.ExecContext(ctx, "UPDATE runs SET last_seq = ?"+q+" WHERE id = ?", args...); err != nil {
-		return err
+	u := req.Update
+	if u == nil {
+		u = &store.RunUpdate{}
 	}
-	return nil
+	var unknown, wake any
+	if u.CostUnknown != nil {
+		unknown = boolInt(*u.CostUnknown)
+	}
+	if u.WakeAt != nil {
+		wake = micros(*u.WakeAt)
+	}
+	_, err = tx.StmtContext(ctx, w.update).ExecContext(ctx, lastSeq, opt(u.Status), opt(u.Steps), opt(u.InputTokens),
+		opt(u.OutputTokens), opt(u.CostMicros), opt(u.Currency), unknown, opt(u.Result), wake, req.RunID)
+	return err
 }
 
 // runUpdateSQL renders the SET clause fragments (each starting with a comma).

@@ -54,6 +54,7 @@ type Store struct {
 	wg     sync.WaitGroup
 
 	maxBatch int
+	stmts    *writeStmts
 
 	// closeMu is held shared while an append is being queued and
 	// exclusively by Close, so that nothing is queued once the writer may
@@ -105,6 +106,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		s.closeDBs()
 		return nil, err
 	}
+	stmts, err := prepareWrites(ctx, w)
+	if err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	s.stmts = stmts
 	b, err := newBlobDir(filepath.Join(o.Dir, "blobs"))
 	if err != nil {
 		s.closeDBs()
@@ -132,6 +139,9 @@ func (s *Store) Close() error {
 }
 
 func (s *Store) closeDBs() error {
+	if s.stmts != nil {
+		s.stmts.close()
+	}
 	return errors.Join(s.w.Close(), s.r.Close())
 }
 
