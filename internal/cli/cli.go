@@ -88,7 +88,7 @@ Usage:
   agentplane tools list
   agentplane run AGENT --task TEXT [--user U]      run an agent in-process and stream its timeline
   agentplane runs                                  list runs with status, steps, tokens and cost
-  agentplane trace RUN                             every prompt, tool call and result of a run
+  agentplane trace RUN|last                        every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
   agentplane worker [--until-idle]                 execute queued runs (resumes crashed ones)
   agentplane bank                                  the demo's simulated bank: what it did, counted

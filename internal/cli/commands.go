@@ -291,7 +291,7 @@ func (c *command) trace(args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return exitCode{2, "usage: agentplane trace [verify] RUN"}
+		return exitCode{2, "usage: agentplane trace [verify] RUN|last"}
 	}
 	p, err := c.open(&cm, nil)
 	if err != nil {
@@ -299,6 +299,16 @@ func (c *command) trace(args []string) error {
 	}
 	defer p.Close()
 	runID := pos[0]
+	if runID == "last" {
+		rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{})
+		if err != nil {
+			return err
+		}
+		if len(rs) == 0 {
+			return exitCode{1, "trace last: there are no runs"}
+		}
+		runID = rs[len(rs)-1].ID
+	}
 	if _, err := p.Store.GetRun(c.ctx, runID); err != nil {
 		return err
 	}

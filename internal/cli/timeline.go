@@ -51,7 +51,7 @@ func money(micros int64, cur string) string {
 	if cur == "" {
 		cur = "?"
 	}
-	return fmt.Sprintf("%d.%04d %s", micros/1_000_000, (micros%1_000_000)/100, cur)
+	return fmt.Sprintf("%d.%06d %s", micros/1_000_000, micros%1_000_000, cur)
 }
 
 func (t *timeline) event(ev *store.Event) {
