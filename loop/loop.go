@@ -342,6 +342,10 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 				return nil, ctx.Err()
 			}
 			mc.Error = err.Error()
+			if res != nil && res.CostKnown {
+				// An answer that failed validation still spent tokens.
+				mc.CostMicros, mc.Currency, mc.CostKnown = l.convert(res.Cost, st.budgets.MaxCost.Currency)
+			}
 			return json.Marshal(mc)
 		}
 		if verr := model.ValidateResponse(res.Response); verr != nil {
@@ -349,16 +353,8 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 			return json.Marshal(mc)
 		}
 		mc.Model, mc.Response, mc.LatencyMS = res.ModelID, res.Response, res.LatencyMS
-		mc.CostKnown = res.CostKnown
 		if res.CostKnown {
-			c := res.Cost
-			if st.budgets.MaxCost.Currency != "" && c.Currency != st.budgets.MaxCost.Currency {
-				c, err = l.o.Rates.Convert(c, st.budgets.MaxCost.Currency)
-				if err != nil {
-					mc.CostKnown = false
-				}
-			}
-			mc.CostMicros, mc.Currency = c.Micros, c.Currency
+			mc.CostMicros, mc.Currency, mc.CostKnown = l.convert(res.Cost, st.budgets.MaxCost.Currency)
 		}
 		return json.Marshal(mc)
 	})
@@ -513,6 +509,19 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		}
 	}
 	return "", nil
+}
+
+// convert expresses a call's cost in the budget's currency; a cost that
+// cannot be converted is unknown (and the cost bound then fails closed).
+func (l *Loop) convert(c model.Money, to string) (int64, string, bool) {
+	if to == "" || c.Currency == to {
+		return c.Micros, c.Currency, true
+	}
+	out, err := l.o.Rates.Convert(c, to)
+	if err != nil {
+		return 0, "", false
+	}
+	return out.Micros, out.Currency, true
 }
 
 // end records the terminal event durably and returns the outcome.

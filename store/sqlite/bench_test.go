@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentplane/agentplane/store"
 )
@@ -88,4 +90,32 @@ func countCommits(b *testing.B, s *Store) int {
 		}
 	}
 	return n
+}
+
+// BenchmarkFsync measures the disk's own floor: write 4 KiB and fsync, the
+// cost one durable commit cannot go below. Reported beside the platform's
+// numbers so that they can be read against the hardware.
+func BenchmarkFsync(b *testing.B) {
+	f, err := os.CreateTemp(b.TempDir(), "fsync")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := f.WriteAt(buf, int64(i%256)*4096); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
