@@ -11,6 +11,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/model"
@@ -28,6 +31,8 @@ const (
 	EvSignal       = "signal"
 	EvBudget       = "budget_exceeded"
 	EvTaint        = "taint"
+	EvApprovalReq  = "approval_requested"
+	EvApprovalDec  = "approval_decided"
 	EvRunCompleted = "run_completed"
 	EvRunFailed    = "run_failed"
 )
@@ -208,6 +213,94 @@ type Taint struct {
 	Tool   string `json:"tool"`
 	CallID string `json:"call_id"`
 	Seq    int64  `json:"seq"` // the tool_result event that carried it
+}
+
+// Signal kinds the loop understands. Payloads are JSON objects:
+//
+//	message  {"text": "..."}                       the user adds information
+//	cancel   {"reason": "..."}                     stop at the next step boundary
+//	approval {"approval_id": "...", "decision": "approve"|"reject"|"edit",
+//	          "args_hash": "...", "args": {...} (edit only),
+//	          "decider": "user id", "comment": "..."}
+const (
+	SignalMessage  = "message"
+	SignalCancel   = "cancel"
+	SignalApproval = "approval"
+)
+
+// ApprovalSignal is the payload of an approval signal. The API checks the
+// decider's group and that the decider is not the requester before storing
+// it; the loop checks that it names a pending approval and binds to the same
+// tool and canonical arguments (ArgsHash).
+type ApprovalSignal struct {
+	ApprovalID string          `json:"approval_id"`
+	Decision   string          `json:"decision"` // approve | reject | edit
+	ArgsHash   string          `json:"args_hash"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Decider    string          `json:"decider"`
+	Comment    string          `json:"comment,omitempty"`
+}
+
+// ApprovalID names the approval of call index of step in run: stable, so a
+// replayed run asks for the same approval, and parseable, so the API can find
+// the run from it.
+func ApprovalID(runID string, step, index int) string {
+	return fmt.Sprintf("apr_%s_%d_%d", runID, step, index)
+}
+
+// ParseApprovalID is the inverse of ApprovalID.
+func ParseApprovalID(id string) (runID string, step, index int, err error) {
+	rest, ok := strings.CutPrefix(id, "apr_")
+	if !ok {
+		return "", 0, 0, fmt.Errorf("bad approval id %q", id)
+	}
+	i := strings.LastIndexByte(rest, '_')
+	if i < 0 {
+		return "", 0, 0, fmt.Errorf("bad approval id %q", id)
+	}
+	j := strings.LastIndexByte(rest[:i], '_')
+	if j < 0 {
+		return "", 0, 0, fmt.Errorf("bad approval id %q", id)
+	}
+	step, err1 := strconv.Atoi(rest[j+1 : i])
+	index, err2 := strconv.Atoi(rest[i+1:])
+	if err1 != nil || err2 != nil || step < 1 || index < 0 || rest[:j] == "" {
+		return "", 0, 0, fmt.Errorf("bad approval id %q", id)
+	}
+	return rest[:j], step, index, nil
+}
+
+// ApprovalRequested records that a call waits for a human. It is written
+// after the call's tool_attempt (whose decision names the approval control).
+type ApprovalRequested struct {
+	ApprovalID  string    `json:"approval_id"`
+	CallID      string    `json:"call_id"`
+	Index       int       `json:"index"`
+	Tool        string    `json:"tool"`
+	Args        Content   `json:"args"`
+	ArgsHash    string    `json:"args_hash"`
+	Group       string    `json:"group"`
+	Requester   string    `json:"requester"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	Description string    `json:"description"`
+	Rule        string    `json:"rule,omitempty"`
+}
+
+// Approval outcomes.
+const (
+	ApprovalApproved = "approved"
+	ApprovalRejected = "rejected"
+	ApprovalEdited   = "edited"
+	ApprovalExpired  = "expired"
+)
+
+// ApprovalDecided records the outcome the loop acted on.
+type ApprovalDecided struct {
+	ApprovalID string  `json:"approval_id"`
+	Outcome    string  `json:"outcome"`
+	Decider    string  `json:"decider,omitempty"`
+	Comment    string  `json:"comment,omitempty"`
+	EditedArgs *string `json:"edited_args,omitempty"` // canonical JSON
 }
 
 // Budget records which bound was reached.
