@@ -28,6 +28,9 @@ const (
 	ControlTier      = "tier"
 )
 
+// DefaultApprovalExpiry is how long an approval waits when no rule says.
+const DefaultApprovalExpiry = 24 * time.Hour
+
 // Options configure a Broker.
 type Options struct {
 	// Catalog holds the tier-1 functions.
@@ -95,6 +98,14 @@ func (b *Broker) Decide(ctx context.Context, p Proposal) trace.Decision {
 	}
 	if err := p.Manifest.ValidateArgs(p.Args); err != nil {
 		return trace.Decision{Control: ControlSchema, Reason: fmt.Sprintf("invalid arguments for %s: %v", p.Tool, err)}
+	}
+	if need, why := p.Manifest.NeedsApproval(p.Args); need {
+		group := p.Manifest.ApprovalGroup
+		if group == "" {
+			group = "approvers"
+		}
+		return trace.Decision{Control: ControlApproval, Reason: fmt.Sprintf("%s needs approval from %s: %s", p.Tool, group, why),
+			Approval: &trace.ApprovalNeed{Group: group, ExpiresMS: DefaultApprovalExpiry.Milliseconds(), Rule: "manifest:" + p.Tool}}
 	}
 	return trace.Decision{Allowed: true}
 }

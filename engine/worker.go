@@ -14,6 +14,10 @@ import (
 	"github.com/agentplane/agentplane/store"
 )
 
+// SignalTimer is the kind of the signal the engine records when a waiting
+// run's timer fires.
+const SignalTimer = "timer"
+
 // Options configure an Engine.
 type Options struct {
 	Store    store.Store
@@ -194,6 +198,17 @@ func (e *Engine) drive(parent context.Context, run *store.Run) error {
 			}
 		}
 	}()
+	// A due timer becomes a recorded signal, so the workflow sees time pass
+	// through its log like any other input.
+	if now := e.o.Clock(); !run.WakeAt.IsZero() && !now.Before(run.WakeAt) {
+		payload, _ := json.Marshal(map[string]string{"due": run.WakeAt.UTC().Format(time.RFC3339Nano)})
+		if err := e.o.Store.SendSignal(ctx, &store.Signal{RunID: run.ID, Kind: SignalTimer, Payload: payload}); err != nil {
+			cancel(nil)
+			close(stopRenew)
+			<-renewDone
+			return err
+		}
+	}
 	out, err := e.runOnce(ctx, run)
 	close(stopRenew)
 	<-renewDone
@@ -202,7 +217,8 @@ func (e *Engine) drive(parent context.Context, run *store.Run) error {
 	var sus *Suspend
 	switch {
 	case err == nil:
-		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &out.Status, Result: &out.Result})
+		var noWake time.Time
+		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake})
 	case errors.As(err, &sus):
 		st := store.StatusWaiting
 		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, WakeAt: &sus.WakeAt})

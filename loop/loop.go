@@ -14,7 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/engine"
@@ -126,7 +128,10 @@ type state struct {
 	costUnknown bool
 	tainted     bool
 	calls       map[string]int
-	repeats     map[string]int
+	// deferred holds user messages that arrived while a call waited for
+	// approval; they join the transcript at the next step boundary.
+	deferred []*store.Event
+	repeats  map[string]int
 }
 
 // Workflow is the engine.Workflow of the agent loop.
@@ -136,17 +141,25 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 		return engine.Outcome{}, err
 	}
 	for step := 1; ; step++ {
+		for _, ev := range st.deferred {
+			if err := st.tr.Add(ev); err != nil {
+				return engine.Outcome{}, err
+			}
+		}
+		st.deferred = nil
 		sigs, err := env.Signals(ctx, step)
 		if err != nil {
 			return engine.Outcome{}, err
 		}
 		for _, ev := range sigs {
+			// Messages join the transcript; approvals and timers that arrive
+			// when nothing waits are stale and ignored (they stay in the log).
 			if err := st.tr.Add(ev); err != nil {
 				return engine.Outcome{}, err
 			}
 			var sg trace.Signal
 			_ = json.Unmarshal(ev.Payload, &sg)
-			if sg.Kind == "cancel" {
+			if sg.Kind == trace.SignalCancel {
 				return l.end(ctx, st, step, store.StatusCancelled, "", "cancelled by request")
 			}
 		}
@@ -176,6 +189,9 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 			stop, err := l.toolCall(ctx, st, step, i, c)
 			if err != nil {
 				return engine.Outcome{}, err
+			}
+			if stop == stopCancelled {
+				return l.end(ctx, st, step, store.StatusCancelled, "", stop)
 			}
 			if stop != "" {
 				return l.end(ctx, st, step, store.StatusFailed, "", stop)
@@ -430,17 +446,28 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	if err := json.Unmarshal(aev.Payload, &attempt); err != nil {
 		return "", fmt.Errorf("tool_attempt payload: %w", err)
 	}
+	final, execArgs := attempt.Decision, args
+	if d := attempt.Decision; !d.Allowed && d.Control == broker.ControlApproval && d.Approval != nil && m != nil {
+		ap, err := l.awaitApproval(ctx, st, step, index, call, m, &attempt, aev, args)
+		if err != nil {
+			return "", err // including *engine.Suspend: the run waits, holding nothing
+		}
+		if ap.stop != "" {
+			return ap.stop, nil
+		}
+		final, execArgs = ap.decision, ap.args
+	}
 	rev, err := st.env.Do(ctx, trace.EvToolResult, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 		r := trace.ToolResult{CallID: call.ToolUseID, Index: index, Tool: call.Name}
 		var out []byte
-		if !attempt.Decision.Allowed {
+		if !final.Allowed {
 			r.Status = trace.StatusDenied
-			if attempt.Decision.Control == broker.ControlSchema {
+			if final.Control == broker.ControlSchema {
 				r.Status = trace.StatusInvalid
 			}
-			out, _ = json.Marshal(map[string]string{"error": attempt.Decision.Reason, "control": attempt.Decision.Control})
+			out, _ = json.Marshal(map[string]string{"error": final.Reason, "control": final.Control})
 		} else {
-			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: args, IdempotencyKey: key,
+			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: execArgs, IdempotencyKey: key,
 				RunID: run.ID, Tenant: run.Tenant, User: run.User})
 			if err != nil {
 				return nil, err
@@ -522,6 +549,164 @@ func (l *Loop) convert(c model.Money, to string) (int64, string, bool) {
 		return 0, "", false
 	}
 	return out.Micros, out.Currency, true
+}
+
+const stopCancelled = "cancelled by request"
+
+// approvalResult is how a wait for approval ended.
+type approvalResult struct {
+	decision trace.Decision // what the call may now do
+	args     []byte         // the arguments to run with (edited ones after an edit)
+	stop     string         // non-empty: end the run
+}
+
+// awaitApproval records the approval request (once) and waits for a
+// decision, a timer past the expiry, or a cancel. Waiting returns
+// *engine.Suspend: the run is parked with its timer and holds nothing.
+func (l *Loop) awaitApproval(ctx context.Context, st *state, step, index int, call model.Part, m *tool.Manifest,
+	attempt *trace.ToolAttempt, aev *store.Event, args []byte) (approvalResult, error) {
+	need := attempt.Decision.Approval
+	id := trace.ApprovalID(st.run.ID, step, index)
+	expires := time.Duration(need.ExpiresMS) * time.Millisecond
+	if expires <= 0 {
+		expires = broker.DefaultApprovalExpiry
+	}
+	reqEv, err := st.env.Do(ctx, trace.EvApprovalReq, step, engine.Buffered, func(context.Context) ([]byte, error) {
+		return json.Marshal(trace.ApprovalRequested{ApprovalID: id, CallID: call.ToolUseID, Index: index, Tool: call.Name,
+			Args: attempt.Args, ArgsHash: attempt.ArgsHash, Group: need.Group, Requester: st.run.User,
+			ExpiresAt: aev.At.Add(expires), Description: describeCall(call.Name, args), Rule: need.Rule})
+	})
+	if err != nil {
+		return approvalResult{}, err
+	}
+	var req trace.ApprovalRequested
+	if err := json.Unmarshal(reqEv.Payload, &req); err != nil {
+		return approvalResult{}, err
+	}
+	for {
+		sigs, err := st.env.Signals(ctx, step)
+		if err != nil {
+			return approvalResult{}, err
+		}
+		var decided *trace.ApprovalSignal
+		expired, cancelled := false, false
+		for _, ev := range sigs {
+			var sg trace.Signal
+			if json.Unmarshal(ev.Payload, &sg) != nil {
+				continue
+			}
+			switch sg.Kind {
+			case trace.SignalMessage:
+				st.deferred = append(st.deferred, ev)
+			case trace.SignalCancel:
+				cancelled = true
+			case engine.SignalTimer:
+				if !ev.At.Before(req.ExpiresAt) {
+					expired = true
+				}
+			case trace.SignalApproval:
+				var a trace.ApprovalSignal
+				if json.Unmarshal(sg.Payload, &a) == nil && decided == nil && a.ApprovalID == id && a.ArgsHash == req.ArgsHash &&
+					(a.Decision == "approve" || a.Decision == "reject" || a.Decision == "edit") {
+					decided = &a
+				}
+			}
+		}
+		if cancelled {
+			return approvalResult{stop: stopCancelled}, nil
+		}
+		if decided == nil && !expired {
+			if st.env.Replaying() {
+				continue // more recorded signals follow
+			}
+			return approvalResult{}, &engine.Suspend{WakeAt: req.ExpiresAt}
+		}
+		return l.decideApproval(ctx, st, step, index, call, m, &req, decided, args)
+	}
+}
+
+// decideApproval records the outcome and says what the call may do.
+func (l *Loop) decideApproval(ctx context.Context, st *state, step, index int, call model.Part, m *tool.Manifest,
+	req *trace.ApprovalRequested, a *trace.ApprovalSignal, args []byte) (approvalResult, error) {
+	ev, err := st.env.Do(ctx, trace.EvApprovalDec, step, engine.Durable, func(ctx context.Context) ([]byte, error) {
+		d := trace.ApprovalDecided{ApprovalID: req.ApprovalID, Outcome: trace.ApprovalExpired}
+		if a != nil {
+			d.Decider, d.Comment = a.Decider, a.Comment
+			switch a.Decision {
+			case "approve":
+				d.Outcome = trace.ApprovalApproved
+			case "reject":
+				d.Outcome = trace.ApprovalRejected
+			case "edit":
+				d.Outcome = trace.ApprovalEdited
+				edited, err := jsoncanon.Canonicalize(a.Args)
+				if err != nil {
+					d.Outcome, d.Comment = trace.ApprovalRejected, "edited arguments are not valid JSON"
+					break
+				}
+				e := string(edited)
+				d.EditedArgs = &e
+				// Edited arguments are a new call: every control runs again.
+				// The approval itself now covers exactly these arguments.
+				nd := l.o.Broker.Decide(ctx, broker.Proposal{RunID: st.run.ID, Tenant: st.run.Tenant, User: st.run.User,
+					Step: step, Index: index, Tool: call.Name, Args: edited, Manifest: m,
+					Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, Run: st.runState()})
+				if !nd.Allowed && nd.Control == broker.ControlApproval {
+					nd = trace.Decision{Allowed: true, Control: broker.ControlApproval, Reason: "edited and approved by " + a.Decider}
+				}
+				d.Recheck = &nd
+			}
+		}
+		return json.Marshal(d)
+	})
+	if err != nil {
+		return approvalResult{}, err
+	}
+	var d trace.ApprovalDecided
+	if err := json.Unmarshal(ev.Payload, &d); err != nil {
+		return approvalResult{}, err
+	}
+	switch d.Outcome {
+	case trace.ApprovalApproved:
+		return approvalResult{decision: trace.Decision{Allowed: true, Control: broker.ControlApproval, Reason: "approved by " + d.Decider}, args: args}, nil
+	case trace.ApprovalEdited:
+		if d.EditedArgs == nil || d.Recheck == nil {
+			return approvalResult{}, fmt.Errorf("approval_decided %s: edited without arguments", d.ApprovalID)
+		}
+		return approvalResult{decision: *d.Recheck, args: []byte(*d.EditedArgs)}, nil
+	case trace.ApprovalExpired:
+		return approvalResult{decision: trace.Decision{Control: broker.ControlApproval,
+			Reason: "the approval request expired without a decision; treat the action as rejected and do not retry it"}}, nil
+	default:
+		reason := "rejected by " + d.Decider
+		if d.Comment != "" {
+			reason += ": " + d.Comment
+		}
+		return approvalResult{decision: trace.Decision{Control: broker.ControlApproval, Reason: reason}, args: args}, nil
+	}
+}
+
+// describeCall states a call in plain words for the approver.
+func describeCall(name string, args []byte) string {
+	var m map[string]any
+	if json.Unmarshal(args, &m) != nil {
+		return fmt.Sprintf("Call %s", name)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v, _ := json.Marshal(m[k])
+		sv := string(v)
+		if len(sv) > 200 {
+			sv = sv[:200] + "…"
+		}
+		parts = append(parts, k+"="+sv)
+	}
+	return fmt.Sprintf("Call %s with %s", name, strings.Join(parts, ", "))
 }
 
 // end records the terminal event durably and returns the outcome.

@@ -158,6 +158,16 @@ type Decision struct {
 	Allowed bool   `json:"allowed"`
 	Control string `json:"control,omitempty"` // which control decided: grant, schema, authz, policy, rate_limit, approval, replay
 	Reason  string `json:"reason,omitempty"`
+	// Approval is set when Control is "approval": who must approve, within
+	// how long, and which rule asked for it.
+	Approval *ApprovalNeed `json:"approval,omitempty"`
+}
+
+// ApprovalNeed says what approval a call needs.
+type ApprovalNeed struct {
+	Group     string `json:"group"`
+	ExpiresMS int64  `json:"expires_ms"`
+	Rule      string `json:"rule,omitempty"`
 }
 
 // ToolAttempt is written (durably, for tools with side effects) before the
@@ -301,6 +311,8 @@ type ApprovalDecided struct {
 	Decider    string  `json:"decider,omitempty"`
 	Comment    string  `json:"comment,omitempty"`
 	EditedArgs *string `json:"edited_args,omitempty"` // canonical JSON
+	// Recheck is the broker's decision on edited arguments.
+	Recheck *Decision `json:"recheck,omitempty"`
 }
 
 // Budget records which bound was reached.
