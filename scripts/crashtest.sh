@@ -33,6 +33,9 @@ echo "queued $RUNS runs in $DATA"
 
 kills=0
 starts=0
+# work_until_idle runs the worker, SIGKILLing it at random points, until a
+# worker exits on its own with nothing left to run.
+work_until_idle() {
 while :; do
   starts=$((starts + 1))
   "$BIN" worker --until-idle --concurrency 8 --lease-ttl 400ms --data "$DATA" --models "$MODELS" &
@@ -51,6 +54,19 @@ while :; do
   echo "worker exited with an error" >&2
   exit 1
 done
+}
+
+# Phase 1: every run goes as far as the refund, which waits for a supervisor.
+work_until_idle
+waiting="$("$BIN" approvals --data "$DATA" | tail -n +2 | awk '{print $1}')"
+nwait="$(printf '%s\n' "$waiting" | grep -c . || true)"
+echo "phase 1: $nwait runs wait for approval"
+# Phase 2: the supervisor approves each refund; the workers, still being
+# killed, carry every run to the end.
+for id in $waiting; do
+  "$BIN" approve "$id" --as meera@example-bank.in --comment "crash test" --data "$DATA" >/dev/null
+done
+work_until_idle
 echo "worker started $starts times, SIGKILLed $kills times"
 
 fail=0

@@ -60,8 +60,23 @@ func TestCrashSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Engine.Execute(ctx, ref.ID); err != nil {
-		t.Fatal(err)
+	for {
+		r, err := p.Engine.Execute(ctx, ref.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != store.StatusWaiting {
+			break
+		}
+		pend, err := p.PendingApprovals(ctx, r.Tenant)
+		if err != nil || len(pend) == 0 {
+			t.Fatalf("reference run waits without a pending approval (%v)", err)
+		}
+		for _, a := range pend {
+			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: "meera@example-bank.in", Decision: "approve"}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	refEvs, _ := p.Store.Events(ctx, ref.ID, 0, 0)
 	refShape := shape(refEvs)

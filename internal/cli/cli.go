@@ -43,6 +43,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.worker(rest)
 	case "bank":
 		err = c.bankCmd(rest)
+	case "approvals":
+		err = c.approvals(rest)
+	case "approve", "reject", "edit":
+		err = c.decide(cmd, rest)
+	case "cancel", "message":
+		err = c.signalRun(cmd, rest)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -90,7 +96,10 @@ Usage:
   agentplane runs                                  list runs with status, steps, tokens and cost
   agentplane trace RUN|last                        every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
-  agentplane worker [--until-idle]                 execute queued runs (resumes crashed ones)
+  agentplane worker [--until-idle]                 execute queued runs (resumes crashed and woken ones)
+  agentplane approvals                             list approvals waiting for a human
+  agentplane approve|reject APPROVAL --as USER     decide an approval (edit: --args JSON)
+  agentplane cancel RUN | message RUN --text T     signal a run (takes effect at its next step)
   agentplane bank                                  the demo's simulated bank: what it did, counted
 
 Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).

@@ -184,9 +184,23 @@ func (c *command) run(args []string) error {
 		fmt.Fprintln(c.out, run.ID)
 		return nil
 	}
-	final, err := c.execute(p, run.ID, *asJSON)
+	var after int64
+	final, err := c.execute(p, run.ID, *asJSON, &after)
 	if err != nil {
 		return err
+	}
+	if final.Status == store.StatusWaiting {
+		pend, err := p.PendingApprovals(c.ctx, final.Tenant)
+		if err != nil {
+			return err
+		}
+		for _, a := range pend {
+			if a.Run.ID == run.ID {
+				fmt.Fprintf(c.out, "\nrun %s waits for approval %s (group %s): %s\n  decide: agentplane approve|reject %s --as USER\n  then:   agentplane worker --until-idle\n",
+					run.ID, a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200), a.Request.ApprovalID)
+			}
+		}
+		return exitCode{3, ""}
 	}
 	if !*asJSON {
 		fmt.Fprintf(c.out, "\ninspect: agentplane trace %s   verify: agentplane trace verify %s\n", run.ID, run.ID)
@@ -198,7 +212,9 @@ func (c *command) run(args []string) error {
 }
 
 // execute drives one run in-process while streaming its events.
-func (c *command) execute(p *platform.Platform, runID string, asJSON bool) (*store.Run, error) {
+// Events after *after are printed, and *after advances, so a caller can
+// resume printing where a previous call stopped.
+func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after *int64) (*store.Run, error) {
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	done := make(chan error, 1)
@@ -207,9 +223,8 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool) (*sto
 		done <- err
 	}()
 	tl := &timeline{w: c.out}
-	var after int64
 	flush := func() error {
-		evs, err := p.Store.Events(context.WithoutCancel(ctx), runID, after, 0)
+		evs, err := p.Store.Events(context.WithoutCancel(ctx), runID, *after, 0)
 		if err != nil {
 			return err
 		}
@@ -220,7 +235,7 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool) (*sto
 			} else {
 				tl.event(&evs[i])
 			}
-			after = evs[i].Seq
+			*after = evs[i].Seq
 		}
 		return nil
 	}

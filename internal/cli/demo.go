@@ -17,11 +17,19 @@ import (
 // DemoTask is the card-dispute demo's task.
 const DemoTask = "Ticket T-40127 (customer c_88213): two charges of 12,499 INR from an airline on 3 Oct look like duplicates. Investigate and resolve."
 
-// DemoUser and DemoTenant are who the demo runs act for.
+// DemoUser and DemoTenant are who the demo runs act for; DemoSupervisor
+// approves refunds above the limit.
 const (
-	DemoUser   = "priya@example-bank.in"
-	DemoTenant = "example-bank"
+	DemoUser       = "priya@example-bank.in"
+	DemoTenant     = "example-bank"
+	DemoSupervisor = "meera@example-bank.in"
 )
+
+const demoDirectory = `# Who belongs to which group, per tenant: approvers are checked against it.
+example-bank:
+  priya@example-bank.in: [card-ops-agents]
+  meera@example-bank.in: [card-ops-supervisors, card-ops-agents]
+`
 
 var demoFiles = []string{"tools.yaml", "agent.yaml", "turns.yaml", "models.yaml"}
 
@@ -40,6 +48,9 @@ func setupDemo(c *command, p *platform.Platform, dir string) (string, error) {
 		if err := os.WriteFile(filepath.Join(fdir, f), data, 0o600); err != nil {
 			return "", err
 		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "directory.yaml"), []byte(demoDirectory), 0o600); err != nil {
+		return "", err
 	}
 	if _, err := p.ApplyTools(c.ctx, filepath.Join(fdir, "tools.yaml")); err != nil {
 		return "", err
@@ -105,9 +116,31 @@ func (c *command) demo(args []string) error {
 	if err != nil {
 		return err
 	}
-	final, err := c.execute(p, run.ID, false)
+	var after int64
+	final, err := c.execute(p, run.ID, false, &after)
 	if err != nil {
 		return err
+	}
+	for final.Status == store.StatusWaiting {
+		pend, err := p.PendingApprovals(c.ctx, DemoTenant)
+		if err != nil {
+			return err
+		}
+		if len(pend) == 0 {
+			return exitCode{1, "demo run waits, but not for an approval"}
+		}
+		for _, a := range pend {
+			fmt.Fprintf(c.out, "\n  ⏸  run waits: approval %s for group %s\n     %s\n", a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200))
+			fmt.Fprintf(c.out, "     the demo now acts as supervisor %s: agentplane approve %s --as %s\n\n", DemoSupervisor, a.Request.ApprovalID, DemoSupervisor)
+			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: DemoTenant,
+				Decider: DemoSupervisor, Decision: "approve", Comment: "duplicate charge confirmed against the statement"}); err != nil {
+				return err
+			}
+		}
+		final, err = c.execute(p, run.ID, false, &after)
+		if err != nil {
+			return err
+		}
 	}
 	if err := printBank(c, p.Bank); err != nil {
 		return err

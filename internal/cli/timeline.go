@@ -93,7 +93,9 @@ func (t *timeline) event(ev *store.Event) {
 			args = p.Args.Preview + "…"
 		}
 		verdict := "allowed"
-		if !p.Decision.Allowed {
+		if !p.Decision.Allowed && p.Decision.Approval != nil {
+			verdict = "waits for approval by " + p.Decision.Approval.Group
+		} else if !p.Decision.Allowed {
 			verdict = "DENIED by " + p.Decision.Control + ": " + clean(p.Decision.Reason, 120)
 		}
 		fmt.Fprintf(w, "    call   %s %s  [%s] key=%s\n", p.Tool, clean(args, 120), verdict, p.IdempotencyKey)
@@ -121,6 +123,21 @@ func (t *timeline) event(ev *store.Event) {
 		var p trace.Taint
 		_ = json.Unmarshal(ev.Payload, &p)
 		fmt.Fprintf(w, "    taint  the run has read untrusted content (from %s); policies now see run.tainted\n", p.Tool)
+	case trace.EvApprovalReq:
+		var p trace.ApprovalRequested
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "    approval requested %s from group %s (expires %s)\n", p.ApprovalID, p.Group, p.ExpiresAt.Format("2006-01-02 15:04 MST"))
+	case trace.EvApprovalDec:
+		var p trace.ApprovalDecided
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "    approval %s %s", p.ApprovalID, p.Outcome)
+		if p.Decider != "" {
+			fmt.Fprintf(w, " by %s", p.Decider)
+		}
+		if p.Comment != "" {
+			fmt.Fprintf(w, ": %s", clean(p.Comment, 160))
+		}
+		fmt.Fprintln(w)
 	case trace.EvBudget:
 		var p trace.Budget
 		_ = json.Unmarshal(ev.Payload, &p)

@@ -49,6 +49,8 @@ type Options struct {
 	Clock    func() time.Time
 	// WrapStore lets tests inject failures between the engine and the store.
 	WrapStore func(store.Store) store.Store
+	// Directory checks approvers' groups.
+	Directory Directory
 }
 
 // Platform is a running agentplane instance.
@@ -62,7 +64,9 @@ type Platform struct {
 	Engine   *engine.Engine
 	Models   loop.Models
 	Rates    *model.Rates
-	log      *slog.Logger
+	// Directory checks approvers' groups (nil: no approval can be decided).
+	Directory Directory
+	log       *slog.Logger
 }
 
 // Open starts the platform's components (no background workers).
@@ -80,7 +84,17 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Platform{Store: st, log: o.Logger}
+	p := &Platform{Store: st, log: o.Logger, Directory: o.Directory}
+	if p.Directory == nil {
+		dir, err := LoadDirectoryFile(filepath.Join(o.DataDir, "directory.yaml"))
+		switch {
+		case err == nil:
+			p.Directory = dir
+		case !errors.Is(err, os.ErrNotExist):
+			st.Close()
+			return nil, err
+		}
+	}
 	fail := func(err error) (*Platform, error) {
 		p.Close()
 		return nil, err

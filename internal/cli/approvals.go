@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
+)
+
+// approvals lists pending approvals.
+func (c *command) approvals(args []string) error {
+	var cm common
+	fs := c.flags("approvals", &cm)
+	tenant := fs.String("tenant", "", "only this tenant's approvals")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	pend, err := p.PendingApprovals(c.ctx, *tenant)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
+	fmt.Fprintln(tw, "APPROVAL\tGROUP\tREQUESTER\tEXPIRES\tACTION")
+	for _, a := range pend {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Request.ApprovalID, a.Request.Group, a.Request.Requester,
+			a.Request.ExpiresAt.Format(time.RFC3339), clean(a.Request.Description, 160))
+	}
+	return tw.Flush()
+}
+
+// decide implements approve, reject and edit.
+func (c *command) decide(decision string, args []string) error {
+	var cm common
+	fs := c.flags(decision, &cm)
+	as := fs.String("as", "", "the user deciding (required; must be in the approval's group and not the requester)")
+	tenant := fs.String("tenant", "", "the decider's tenant (default: the run's)")
+	comment := fs.String("comment", "", "a comment recorded with the decision and shown to the model")
+	newArgs := fs.String("args", "", "edit only: the new arguments as a JSON object")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *as == "" {
+		return exitCode{2, fmt.Sprintf("usage: agentplane %s APPROVAL_ID --as USER [--comment TEXT]", decision)}
+	}
+	if (decision == "edit") != (*newArgs != "") {
+		return exitCode{2, "--args goes with edit, and edit needs --args"}
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	verb := map[string]string{"approve": "approve", "reject": "reject", "edit": "edit"}[decision]
+	req := platform.DecideRequest{ApprovalID: pos[0], Tenant: *tenant, Decider: *as, Decision: verb, Comment: *comment}
+	if *newArgs != "" {
+		req.Args = json.RawMessage(*newArgs)
+	}
+	if err := p.DecideApproval(c.ctx, req); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s: %s recorded; a worker resumes the run\n", pos[0], verb)
+	return nil
+}
+
+// signalRun implements cancel and message.
+func (c *command) signalRun(kind string, args []string) error {
+	var cm common
+	fs := c.flags(kind, &cm)
+	text := fs.String("text", "", "message: the text to add")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || (kind == trace.SignalMessage && *text == "") {
+		return exitCode{2, fmt.Sprintf("usage: agentplane %s RUN%s", kind, map[bool]string{true: " --text TEXT"}[kind == trace.SignalMessage])}
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	run, err := p.Store.GetRun(c.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if store.Terminal(run.Status) {
+		return exitCode{1, fmt.Sprintf("run %s already ended (%s)", run.ID, run.Status)}
+	}
+	payload, _ := json.Marshal(map[string]string{"text": *text})
+	if kind == trace.SignalCancel {
+		payload = []byte(`{}`)
+	}
+	if err := p.Store.SendSignal(c.ctx, &store.Signal{RunID: run.ID, Kind: kind, Payload: payload}); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "%s sent to %s; it takes effect at the run's next step boundary\n", kind, run.ID)
+	return nil
+}

@@ -1,0 +1,194 @@
+package platform
+
+import (
+	"bytes"
+	"context"
+	"os"
+
+	"gopkg.in/yaml.v3"
+
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/agentplane/agentplane/internal/jsoncanon"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
+)
+
+// Directory answers whether a user belongs to a group in a tenant. It is how
+// an approval's decider is checked; without one, no approval can be decided
+// (fail closed).
+type Directory interface {
+	InGroup(ctx context.Context, tenant, user, group string) (bool, error)
+}
+
+// Errors of approval decisions.
+var (
+	ErrApprovalNotPending = errors.New("approval is not pending")
+	ErrNotApprover        = errors.New("decider may not decide this approval")
+)
+
+// PendingApproval is an approval request still waiting for a decision.
+type PendingApproval struct {
+	Run     *store.Run
+	Request trace.ApprovalRequested
+}
+
+// PendingApprovals lists the approvals waiting in runs of tenant ("" = all).
+// They are read from the runs' logs: the log is the only record.
+func (p *Platform) PendingApprovals(ctx context.Context, tenant string) ([]PendingApproval, error) {
+	runs, err := p.Store.ListRuns(ctx, store.RunFilter{Tenant: tenant, Status: store.StatusWaiting})
+	if err != nil {
+		return nil, err
+	}
+	var out []PendingApproval
+	for _, r := range runs {
+		reqs, err := p.pendingIn(ctx, r.ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range reqs {
+			out = append(out, PendingApproval{Run: r, Request: q})
+		}
+	}
+	return out, nil
+}
+
+func (p *Platform) pendingIn(ctx context.Context, runID string) ([]trace.ApprovalRequested, error) {
+	evs, err := p.Store.Events(ctx, runID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	open := map[string]trace.ApprovalRequested{}
+	var order []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case trace.EvApprovalReq:
+			var q trace.ApprovalRequested
+			if json.Unmarshal(ev.Payload, &q) == nil {
+				open[q.ApprovalID] = q
+				order = append(order, q.ApprovalID)
+			}
+		case trace.EvApprovalDec:
+			var d trace.ApprovalDecided
+			if json.Unmarshal(ev.Payload, &d) == nil {
+				delete(open, d.ApprovalID)
+			}
+		}
+	}
+	var out []trace.ApprovalRequested
+	for _, id := range order {
+		if q, ok := open[id]; ok {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// DecideRequest is a human's decision on an approval.
+type DecideRequest struct {
+	ApprovalID string
+	// Tenant scopes the lookup: another tenant's approval is not found.
+	Tenant   string
+	Decider  string
+	Decision string // approve | reject | edit
+	Args     json.RawMessage
+	Comment  string
+}
+
+// DecideApproval checks a decision and records it as a signal to the run:
+// the approval must be pending in a run of the caller's tenant, the decider
+// must belong to its group and must not be the run's requester, and edited
+// arguments must be a JSON object. The loop binds the decision to the
+// request's tool and arguments hash.
+func (p *Platform) DecideApproval(ctx context.Context, d DecideRequest) error {
+	runID, _, _, err := trace.ParseApprovalID(d.ApprovalID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", store.ErrNotFound, err)
+	}
+	run, err := p.Store.GetRun(ctx, runID)
+	if err != nil || (d.Tenant != "" && run.Tenant != d.Tenant) {
+		return fmt.Errorf("approval %s: %w", d.ApprovalID, store.ErrNotFound)
+	}
+	pending, err := p.pendingIn(ctx, runID)
+	if err != nil {
+		return err
+	}
+	var req *trace.ApprovalRequested
+	for i := range pending {
+		if pending[i].ApprovalID == d.ApprovalID {
+			req = &pending[i]
+		}
+	}
+	if req == nil {
+		return fmt.Errorf("approval %s: %w", d.ApprovalID, ErrApprovalNotPending)
+	}
+	switch d.Decision {
+	case "approve", "reject":
+		if len(d.Args) > 0 {
+			return fmt.Errorf("approval %s: arguments are only accepted with edit", d.ApprovalID)
+		}
+	case "edit":
+		c, err := jsoncanon.Canonicalize(d.Args)
+		if err != nil || len(c) == 0 || c[0] != '{' {
+			return fmt.Errorf("approval %s: edit needs the new arguments as a JSON object", d.ApprovalID)
+		}
+		d.Args = c
+	default:
+		return fmt.Errorf("approval %s: decision must be approve, reject or edit, not %q", d.ApprovalID, d.Decision)
+	}
+	if d.Decider == "" {
+		return fmt.Errorf("approval %s: %w: no decider", d.ApprovalID, ErrNotApprover)
+	}
+	if d.Decider == run.User {
+		return fmt.Errorf("approval %s: %w: %s started the run and cannot approve its own request", d.ApprovalID, ErrNotApprover, d.Decider)
+	}
+	if p.Directory == nil {
+		return fmt.Errorf("approval %s: %w: no user directory is configured to check group %s", d.ApprovalID, ErrNotApprover, req.Group)
+	}
+	ok, err := p.Directory.InGroup(ctx, run.Tenant, d.Decider, req.Group)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("approval %s: %w: %s is not in group %s", d.ApprovalID, ErrNotApprover, d.Decider, req.Group)
+	}
+	payload, err := json.Marshal(trace.ApprovalSignal{ApprovalID: d.ApprovalID, Decision: d.Decision, ArgsHash: req.ArgsHash,
+		Args: d.Args, Decider: d.Decider, Comment: d.Comment})
+	if err != nil {
+		return err
+	}
+	return p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalApproval, Payload: payload})
+}
+
+// StaticDirectory is a fixed tenant -> user -> groups map (demo and tests).
+type StaticDirectory map[string]map[string][]string
+
+// InGroup implements Directory.
+func (s StaticDirectory) InGroup(_ context.Context, tenant, user, group string) (bool, error) {
+	for _, g := range s[tenant][user] {
+		if g == group {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// LoadDirectoryFile reads a directory.yaml: tenant -> user -> groups.
+//
+//	example-bank:
+//	  supervisor@example-bank.in: [card-ops-supervisors]
+func LoadDirectoryFile(path string) (StaticDirectory, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var d StaticDirectory
+	if err := dec.Decode(&d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
+}
