@@ -66,6 +66,20 @@ timeout_ms: 1000
 input_schema: {type: object}
 side_effects: external
 ---
+name: pay
+description: Pays an amount; above 100 it needs a payer's approval.
+tier: 1
+timeout_ms: 1000
+input_schema:
+  type: object
+  additionalProperties: false
+  required: [amount]
+  properties: {amount: {type: number}}
+approval: required_above
+approval_threshold: {amount: 100}
+approval_group: payers
+side_effects: external
+---
 name: mutate_echo
 description: Echoes, declared as changing the world (its attempt is durable).
 tier: 1
@@ -96,6 +110,7 @@ tools:
   - tool: slow
   - tool: mutate
   - tool: mutate_echo
+  - tool: pay
 budgets: ` + budgets + "\n"
 }
 
@@ -127,7 +142,8 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	po := platform.Options{DataDir: dir, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second}
+	po := platform.Options{DataDir: dir, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second,
+		Directory: platform.StaticDirectory{"t1": {"bob": {"payers"}, "alice": {"payers"}, "carol": {"viewers"}}}}
 	if o.models != nil {
 		po.Gateway = o.models
 	}

@@ -128,9 +128,9 @@ type state struct {
 	costUnknown bool
 	tainted     bool
 	calls       map[string]int
-	// deferred holds user messages that arrived while a call waited for
-	// approval; they join the transcript at the next step boundary.
-	deferred []*store.Event
+	// waitedMS is time spent waiting for humans, which the wall-clock bound
+	// does not count.
+	waitedMS int64
 	repeats  map[string]int
 }
 
@@ -141,12 +141,6 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 		return engine.Outcome{}, err
 	}
 	for step := 1; ; step++ {
-		for _, ev := range st.deferred {
-			if err := st.tr.Add(ev); err != nil {
-				return engine.Outcome{}, err
-			}
-		}
-		st.deferred = nil
 		sigs, err := env.Signals(ctx, step)
 		if err != nil {
 			return engine.Outcome{}, err
@@ -165,12 +159,15 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 		}
 		ss, err := env.Do(ctx, trace.EvStepStarted, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 			return json.Marshal(trace.StepStarted{Steps: st.steps, InputTokens: st.inTokens, CostMicros: st.cost,
-				ElapsedMS: (env.Now().UnixMicro() - st.startAt) / 1000})
+				ElapsedMS: (env.Now().UnixMicro()-st.startAt)/1000 - st.waitedMS})
 		})
 		if err != nil {
 			return engine.Outcome{}, err
 		}
-		elapsedMS := (ss.At.UnixMicro() - st.startAt) / 1000
+		if err := st.tr.Add(ss); err != nil {
+			return engine.Outcome{}, err
+		}
+		elapsedMS := (ss.At.UnixMicro()-st.startAt)/1000 - st.waitedMS
 		if b := st.exceeded(elapsedMS); b != nil {
 			return l.finalCall(ctx, st, step, b)
 		}
@@ -584,6 +581,7 @@ func (l *Loop) awaitApproval(ctx context.Context, st *state, step, index int, ca
 		return approvalResult{}, err
 	}
 	for {
+		live := !st.env.Replaying()
 		sigs, err := st.env.Signals(ctx, step)
 		if err != nil {
 			return approvalResult{}, err
@@ -597,7 +595,9 @@ func (l *Loop) awaitApproval(ctx context.Context, st *state, step, index int, ca
 			}
 			switch sg.Kind {
 			case trace.SignalMessage:
-				st.deferred = append(st.deferred, ev)
+				if err := st.tr.Add(ev); err != nil { // held until the next step
+					return approvalResult{}, err
+				}
 			case trace.SignalCancel:
 				cancelled = true
 			case engine.SignalTimer:
@@ -616,12 +616,21 @@ func (l *Loop) awaitApproval(ctx context.Context, st *state, step, index int, ca
 			return approvalResult{stop: stopCancelled}, nil
 		}
 		if decided == nil && !expired {
-			if st.env.Replaying() {
-				continue // more recorded signals follow
+			if !live && len(sigs) > 0 {
+				continue // the log may hold more signals, or the live ones may decide
+			}
+			if !live {
+				// The log holds no signal here: what it holds next must be
+				// the decision (Do reports nondeterminism otherwise).
+				res, err := l.decideApproval(ctx, st, step, index, call, m, &req, nil, args)
+				st.waitedMS += (st.env.Now().UnixMicro() - reqEv.At.UnixMicro()) / 1000
+				return res, err
 			}
 			return approvalResult{}, &engine.Suspend{WakeAt: req.ExpiresAt}
 		}
-		return l.decideApproval(ctx, st, step, index, call, m, &req, decided, args)
+		res, err := l.decideApproval(ctx, st, step, index, call, m, &req, decided, args)
+		st.waitedMS += (st.env.Now().UnixMicro() - reqEv.At.UnixMicro()) / 1000
+		return res, err
 	}
 }
 

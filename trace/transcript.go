@@ -19,6 +19,15 @@ type Transcript struct {
 	Tools    []model.ToolDef
 	messages []model.Message
 	pending  []int64 // seqs added since the last model call
+	// held are user messages (signals) waiting for the next step boundary:
+	// one that arrives mid-step (say, while a call waits for approval) must
+	// not land between a step's tool results.
+	held []heldMessage
+}
+
+type heldMessage struct {
+	seq  int64
+	text string
 }
 
 // NewTranscript starts a transcript from a run_started payload whose system
@@ -97,7 +106,15 @@ func (t *Transcript) Add(ev *store.Event) error {
 		if err := json.Unmarshal(p.Payload, &m); err != nil {
 			return err
 		}
-		t.userPart(model.Part{Type: model.PartText, Text: "Message from the user: " + m.Text})
+		t.held = append(t.held, heldMessage{ev.Seq, "Message from the user: " + m.Text})
+		return nil
+	case EvStepStarted:
+		for _, h := range t.held {
+			t.userPart(model.Part{Type: model.PartText, Text: h.text})
+			t.pending = append(t.pending, h.seq)
+		}
+		t.held = nil
+		return nil
 	default:
 		return nil
 	}
