@@ -95,6 +95,9 @@ type env struct {
 	clock    func() time.Time
 	verify   bool
 	summary  *store.RunUpdate
+	// consumed are signal ids this env recorded; a buffered append may not
+	// have committed yet, so the store can still list them as pending.
+	consumed map[int64]bool
 }
 
 func (e *env) Run() *store.Run        { return e.run }
@@ -175,9 +178,18 @@ func (e *env) Signals(ctx context.Context, step int) ([]*store.Event, error) {
 	if e.verify {
 		return nil, nil
 	}
-	sigs, err := e.s.PendingSignals(ctx, e.run.ID)
-	if err != nil || len(sigs) == 0 {
+	all, err := e.s.PendingSignals(ctx, e.run.ID)
+	if err != nil {
 		return nil, err
+	}
+	var sigs []*store.Signal
+	for _, sg := range all {
+		if !e.consumed[sg.ID] {
+			sigs = append(sigs, sg)
+		}
+	}
+	if len(sigs) == 0 {
+		return nil, nil
 	}
 	pe := make([]pendingEvent, len(sigs))
 	ids := make([]int64, len(sigs))
@@ -188,6 +200,12 @@ func (e *env) Signals(ctx context.Context, step int) ([]*store.Event, error) {
 	evs, err := e.append(ctx, pe, Buffered, ids)
 	if err != nil {
 		return nil, err
+	}
+	if e.consumed == nil {
+		e.consumed = map[int64]bool{}
+	}
+	for _, id := range ids {
+		e.consumed[id] = true
 	}
 	out := make([]*store.Event, len(evs))
 	for i := range evs {

@@ -77,6 +77,11 @@ type Options struct {
 	// result reaches it as a handle plus preview (default 16384; a manifest's
 	// max_output_bytes lowers it).
 	MaxResultBytes int
+	// Source reads other runs' logs (the original of a replay).
+	Source trace.Source
+	// ReplaySpec returns the replay instructions stored for a new run, or
+	// nil when the run is not a replay. Called once, when the run starts.
+	ReplaySpec func(ctx context.Context, runID string) (*trace.ReplayInfo, error)
 	// RepeatNote and RepeatStop are the loop-detection thresholds (3 and 5).
 	RepeatNote, RepeatStop int
 	Logger                 *slog.Logger
@@ -128,6 +133,8 @@ type state struct {
 	costUnknown bool
 	tainted     bool
 	calls       map[string]int
+	// replay state (nil outside replays)
+	replay *replayState
 	// waitedMS is time spent waiting for humans, which the wall-clock bound
 	// does not count.
 	waitedMS int64
@@ -205,6 +212,20 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		if err != nil {
 			return nil, fmt.Errorf("resolve agent %s@%d: %w", run.Agent, run.AgentVersion, err)
 		}
+		var replay *trace.ReplayInfo
+		if l.o.ReplaySpec != nil {
+			if replay, err = l.o.ReplaySpec(ctx, run.ID); err != nil {
+				return nil, err
+			}
+		}
+		if replay != nil {
+			if replay.ModelAlias != "" {
+				a.ModelAlias = replay.ModelAlias
+			}
+			if replay.Instructions != "" {
+				a.Instructions = replay.Instructions
+			}
+		}
 		defs := make([]model.ToolDef, 0, len(a.Tools))
 		refs := make([]trace.ToolRef, 0, len(a.Tools))
 		for _, m := range a.Tools {
@@ -229,7 +250,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		return json.Marshal(trace.RunStarted{
 			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
 			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
-			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets,
+			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay,
 		})
 	})
 	if err != nil {
@@ -260,6 +281,11 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 	var defs []model.ToolDef
 	if err := json.Unmarshal(defsJSON, &defs); err != nil {
 		return nil, err
+	}
+	if st.started.Replay != nil {
+		if st.replay, err = l.loadOriginal(ctx, st.started.Replay); err != nil {
+			return nil, err
+		}
 	}
 	st.tr = trace.NewTranscript(string(sys), defs, func(c trace.Content) ([]byte, error) { return trace.Load(ctx, env.Blobs(), c) })
 	if err := st.tr.Add(ev); err != nil {
@@ -347,6 +373,11 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	ev, err := st.env.Do(ctx, trace.EvModelCall, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 		hash, size := trace.PromptHash(req)
 		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools}
+		if orig := st.replay.recordedModel(step, noTools); orig != nil {
+			// Served from the original's log: no model call, no cost.
+			mc.Response, mc.Model, mc.ReplayedFrom, mc.CostKnown, mc.Currency = orig.Response, orig.Model, orig.seq, true, st.budgets.MaxCost.Currency
+			return json.Marshal(mc)
+		}
 		res, err := l.o.Models.Complete(ctx, st.started.ModelAlias, req, model.Attribution{
 			Tenant: st.run.Tenant, User: st.run.User, Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, RunID: st.run.ID, Step: step,
 		})
@@ -396,6 +427,9 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	if mc.Error != "" {
 		return nil, nil
 	}
+	if err := l.noteModelDivergence(ctx, st, step, noTools, mc.Response); err != nil {
+		return nil, err
+	}
 	return mc.Response, nil
 }
 
@@ -444,7 +478,21 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		return "", fmt.Errorf("tool_attempt payload: %w", err)
 	}
 	final, execArgs := attempt.Decision, args
-	if d := attempt.Decision; !d.Allowed && d.Control == broker.ControlApproval && d.Approval != nil && m != nil {
+	var rp *replayed
+	if st.replay != nil && m != nil && (attempt.Decision.Allowed || attempt.Decision.Control == broker.ControlApproval) {
+		rp = st.replay.serve(step, index, call.Name, attempt.ArgsHash, m)
+		if rp.how != trace.ReplayedLive {
+			// Decided by the recording, a mock or the side-effect rule: the
+			// original's approval (if any) stands, nothing waits.
+			final = trace.Decision{Allowed: true, Control: "replay", Reason: rp.how}
+		}
+		if rp.diverged != "" {
+			if err := l.diverge(ctx, st, step, index, rp.diverged); err != nil {
+				return "", err
+			}
+		}
+	}
+	if d := final; !d.Allowed && d.Control == broker.ControlApproval && d.Approval != nil && m != nil {
 		ap, err := l.awaitApproval(ctx, st, step, index, call, m, &attempt, aev, args)
 		if err != nil {
 			return "", err // including *engine.Suspend: the run waits, holding nothing
@@ -457,6 +505,12 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	rev, err := st.env.Do(ctx, trace.EvToolResult, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 		r := trace.ToolResult{CallID: call.ToolUseID, Index: index, Tool: call.Name}
 		var out []byte
+		if rp != nil && rp.how != trace.ReplayedLive {
+			return json.Marshal(rp.result(call.ToolUseID, index, call.Name))
+		}
+		if rp != nil {
+			r.Replayed = trace.ReplayedLive
+		}
 		if !final.Allowed {
 			r.Status = trace.StatusDenied
 			if final.Control == broker.ControlSchema {

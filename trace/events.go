@@ -33,6 +33,7 @@ const (
 	EvTaint        = "taint"
 	EvApprovalReq  = "approval_requested"
 	EvApprovalDec  = "approval_decided"
+	EvDiverged     = "replay_diverged"
 	EvRunCompleted = "run_completed"
 	EvRunFailed    = "run_failed"
 )
@@ -119,11 +120,49 @@ type RunStarted struct {
 	Replay       *ReplayInfo     `json:"replay,omitempty"`
 }
 
-// ReplayInfo links a replay run to its original.
+// Replay determinism modes.
+const (
+	// ReplayRecorded serves the original's model outputs at every step it
+	// has; tool results are served from the recording where calls match.
+	ReplayRecorded = "recorded"
+	// ReplayLive serves steps before FromStep from the recording and asks
+	// the model again from FromStep on.
+	ReplayLive = "live"
+)
+
+// ReplayInfo links a replay run to its original and says how it replays:
+// steps before FromStep are served from the original's log exactly; from
+// FromStep on the loop goes live with the patch applied, and side effects
+// are enforced from each tool's manifest.
 type ReplayInfo struct {
 	Of       string `json:"of"`
 	FromStep int    `json:"from_step"`
 	Mode     string `json:"mode"` // recorded | live
+	// Patch: a different model alias or instructions (the agent version, if
+	// changed, is the run's pinned version).
+	ModelAlias   string `json:"model_alias,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
+	// Mocks are explicit outputs per tool, served when a call does not match
+	// the recording and the tool may not run live.
+	Mocks map[string]json.RawMessage `json:"mocks,omitempty"`
+	// InternalLive marks the target environment as one where tools with
+	// side_effects internal may run live.
+	InternalLive bool `json:"internal_live,omitempty"`
+}
+
+// Where a replayed tool result came from.
+const (
+	ReplayedRecorded = "recorded"
+	ReplayedMock     = "mock"
+	ReplayedDenied   = "denied"
+	ReplayedLive     = "live"
+)
+
+// Diverged records the first point where a replay left its original.
+type Diverged struct {
+	Step   int    `json:"step"`
+	Index  int    `json:"index"`
+	Reason string `json:"reason"`
 }
 
 // StepStarted marks a step boundary and records the usage the bounds were
@@ -151,6 +190,9 @@ type ModelCall struct {
 	Currency    string          `json:"currency,omitempty"`
 	CostKnown   bool            `json:"cost_known"`
 	LatencyMS   int64           `json:"latency_ms"`
+	// ReplayedFrom is the original's model_call seq when a replay served
+	// this response from the recording (no model call, no cost).
+	ReplayedFrom int64 `json:"replayed_from,omitempty"`
 }
 
 // Decision is the broker's verdict on a proposed tool call.
@@ -204,6 +246,9 @@ type ToolResult struct {
 	Truncated  bool    `json:"truncated,omitempty"`
 	ResultHash string  `json:"result_hash,omitempty"`
 	LatencyMS  int64   `json:"latency_ms"`
+	// Replayed says where a replay run's result came from (recorded, mock,
+	// denied, live); empty outside replays.
+	Replayed string `json:"replayed,omitempty"`
 }
 
 // LoopNote is a message the platform adds for the model.

@@ -43,6 +43,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.worker(rest)
 	case "bank":
 		err = c.bankCmd(rest)
+	case "replay":
+		err = c.replay(rest)
 	case "approvals":
 		err = c.approvals(rest)
 	case "approve", "reject", "edit":
@@ -97,6 +99,8 @@ Usage:
   agentplane trace RUN|last                        every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
   agentplane worker [--until-idle]                 execute queued runs (resumes crashed and woken ones)
+  agentplane replay RUN --from-step N [...]        re-run a recorded run from step N with a change
+  agentplane replay diff A B                       where a replay left its original; decisions; side effects
   agentplane approvals                             list approvals waiting for a human
   agentplane approve|reject APPROVAL --as USER     decide an approval (edit: --args JSON)
   agentplane cancel RUN | message RUN --text T     signal a run (takes effect at its next step)

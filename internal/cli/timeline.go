@@ -80,6 +80,9 @@ func (t *timeline) event(ev *store.Event) {
 		if p.CostKnown {
 			cost = money(p.CostMicros, p.Currency)
 		}
+		if p.ReplayedFrom > 0 {
+			cost = fmt.Sprintf("replayed from seq %d: no call, no cost", p.ReplayedFrom)
+		}
 		u := p.Response.Usage
 		fmt.Fprintf(w, "    model  %s  in=%d out=%d  %s  %dms\n", p.Alias, u.TotalInput(), u.OutputTokens, cost, p.LatencyMS)
 		if txt := strings.TrimSpace(p.Response.Text()); txt != "" {
@@ -107,6 +110,9 @@ func (t *timeline) event(ev *store.Event) {
 			out = p.Output.Preview
 		}
 		extra := ""
+		if p.Replayed != "" {
+			extra = "  [replay: " + p.Replayed + "]"
+		}
 		if p.Truncated {
 			extra = "  (truncated: model sees a handle + preview)"
 		}
@@ -138,6 +144,10 @@ func (t *timeline) event(ev *store.Event) {
 			fmt.Fprintf(w, ": %s", clean(p.Comment, 160))
 		}
 		fmt.Fprintln(w)
+	case trace.EvDiverged:
+		var p trace.Diverged
+		_ = json.Unmarshal(ev.Payload, &p)
+		fmt.Fprintf(w, "  diverged from the original at step %d: %s\n", p.Step, clean(p.Reason, 160))
 	case trace.EvBudget:
 		var p trace.Budget
 		_ = json.Unmarshal(ev.Payload, &p)

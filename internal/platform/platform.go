@@ -128,7 +128,8 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.WrapStore != nil {
 		es = o.WrapStore(st)
 	}
-	p.Loop, err = loop.New(loop.Options{Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates, Logger: o.Logger})
+	p.Loop, err = loop.New(loop.Options{Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
+		Source: st, ReplaySpec: p.replaySpec, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
