@@ -43,6 +43,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.worker(rest)
 	case "bank":
 		err = c.bankCmd(rest)
+	case "users":
+		err = c.users(rest)
+	case "models":
+		err = c.models(rest)
 	case "replay":
 		err = c.replay(rest)
 	case "approvals":
@@ -98,6 +102,7 @@ Usage:
   agentplane runs                                  list runs with status, steps, tokens and cost
   agentplane trace RUN|last                        every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
+  agentplane trace export RUN --otlp URL           send the run's OpenTelemetry GenAI spans over OTLP/HTTP
   agentplane worker [--until-idle]                 execute queued runs (resumes crashed and woken ones)
   agentplane replay RUN --from-step N [...]        re-run a recorded run from step N with a change
   agentplane replay diff A B                       where a replay left its original; decisions; side effects
@@ -105,6 +110,8 @@ Usage:
   agentplane approve|reject APPROVAL --as USER     decide an approval (edit: --args JSON)
   agentplane cancel RUN | message RUN --text T     signal a run (takes effect at its next step)
   agentplane bank                                  the demo's simulated bank: what it did, counted
+  agentplane users set TENANT USER --scopes S,...  who an agent may act for: scopes, --groups, --bind ARG=VALUE
+  agentplane users list | users secret set T CONN  the users; connector secrets credentials are minted from
 
 Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
 Run 'agentplane COMMAND -h' for a command's flags.

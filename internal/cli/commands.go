@@ -293,6 +293,9 @@ func (c *command) runs(args []string) error {
 }
 
 func (c *command) trace(args []string) error {
+	if len(args) > 0 && args[0] == "export" {
+		return c.traceExport(args[1:])
+	}
 	verify := len(args) > 0 && args[0] == "verify"
 	if verify {
 		args = args[1:]
