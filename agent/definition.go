@@ -143,6 +143,11 @@ type Budgets struct {
 type ContextSettings struct {
 	MaxResultBytes  int
 	KeepRecentSteps int
+	// CompactAtTokens compacts older steps into a progress note (written by
+	// the model's small alias) when the next prompt is estimated above it;
+	// CompactEverySteps does so every that many steps. Zero: never.
+	CompactAtTokens   int64
+	CompactEverySteps int
 }
 
 // DefinitionError is one problem found while loading a definition.
@@ -211,8 +216,10 @@ type rawPolicy struct {
 }
 
 type rawContext struct {
-	MaxResultBytes  int `yaml:"max_result_bytes" json:"max_result_bytes"`
-	KeepRecentSteps int `yaml:"keep_recent_steps" json:"keep_recent_steps"`
+	MaxResultBytes    int   `yaml:"max_result_bytes" json:"max_result_bytes"`
+	KeepRecentSteps   int   `yaml:"keep_recent_steps" json:"keep_recent_steps"`
+	CompactAtTokens   int64 `yaml:"compact_at_tokens" json:"compact_at_tokens"`
+	CompactEverySteps int   `yaml:"compact_every_steps" json:"compact_every_steps"`
 }
 
 // rawBudgets keeps each budget as written: its key names a currency, so it
@@ -471,7 +478,17 @@ func (c *checker) build(raw *rawDefinition, readRef func(string) ([]byte, error)
 	}
 	c.budgets(d, raw.Budgets)
 	if raw.Context != nil {
-		d.Context = ContextSettings{MaxResultBytes: raw.Context.MaxResultBytes, KeepRecentSteps: raw.Context.KeepRecentSteps}
+		d.Context = ContextSettings{MaxResultBytes: raw.Context.MaxResultBytes, KeepRecentSteps: raw.Context.KeepRecentSteps,
+			CompactAtTokens: raw.Context.CompactAtTokens, CompactEverySteps: raw.Context.CompactEverySteps}
+		if n := d.Context.CompactAtTokens; n < 0 || n > 100_000_000 {
+			c.add("context.compact_at_tokens", "must be between 0 and 100000000 (got %d)", n)
+		}
+		if n := d.Context.CompactEverySteps; n < 0 || n > 1000 {
+			c.add("context.compact_every_steps", "must be between 0 and 1000 (got %d)", n)
+		}
+		if (d.Context.CompactAtTokens > 0 || d.Context.CompactEverySteps > 0) && d.Model.Small == "" {
+			c.add("context", "compaction needs model.small, the alias that writes the progress note")
+		}
 		if n := d.Context.MaxResultBytes; n < 0 || n > maxResultBytes {
 			c.add("context.max_result_bytes", "must be between 0 and %d (got %d)", maxResultBytes, n)
 		}
@@ -812,6 +829,12 @@ func (d *Definition) CanonicalJSON() []byte {
 		ctx := map[string]any{}
 		if d.Context.MaxResultBytes != 0 {
 			ctx["max_result_bytes"] = d.Context.MaxResultBytes
+		}
+		if d.Context.CompactAtTokens != 0 {
+			ctx["compact_at_tokens"] = d.Context.CompactAtTokens
+		}
+		if d.Context.CompactEverySteps != 0 {
+			ctx["compact_every_steps"] = d.Context.CompactEverySteps
 		}
 		if d.Context.KeepRecentSteps != 0 {
 			ctx["keep_recent_steps"] = d.Context.KeepRecentSteps

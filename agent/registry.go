@@ -45,7 +45,7 @@ func NewRegistry(s store.AgentStore, tools func(context.Context) (*tool.Set, err
 }
 
 // Apply validates d, checks that every grant resolves against the current
-// tools, and stores it as version d.Version of agent d.Agent. Storing the
+// tools and that every policy condition compiles, and stores it as version d.Version of agent d.Agent. Storing the
 // same content again does nothing and returns created=false. Different
 // content under a stored version is an error wrapping store.ErrConflict:
 // versions are immutable, so bump the version. Apply also points the
@@ -60,6 +60,9 @@ func (r *Registry) Apply(ctx context.Context, d *Definition) (created bool, err 
 		return false, fmt.Errorf("agent %q version %d is invalid: %w", d.Agent, d.Version, err)
 	}
 	if err := r.bind(ctx, fresh); err != nil {
+		return false, err
+	}
+	if _, err := fresh.CompilePolicies(); err != nil {
 		return false, err
 	}
 	created, err = r.store.PutAgentVersion(ctx, &store.AgentVersion{

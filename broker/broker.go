@@ -1,8 +1,23 @@
 // Package broker is the tool broker: every tool call a model proposes passes
-// through it. It decides (grant, argument schema; later stages add
-// authorisation as the invoking user, policy, rate limits and approval), and
-// it executes allowed calls at the tool's declared isolation tier with the
-// manifest's timeout, failing closed when the tier has no executor here.
+// through it, and the model cannot change what happens here. Decide runs the
+// controls in a fixed order and records which one decided:
+//
+//  1. grant: the agent version grants the tool;
+//  2. authz: the invoking user may use it (package authz: a known user, the
+//     manifest's scopes, the user's argument bindings);
+//  3. schema: the arguments match the manifest's input schema;
+//  4. policy: the agent definition's CEL rules (package policy), first match
+//     wins: allow, deny(reason) or require_approval(group, expires);
+//  5. rate_limit: the manifest's limits, per run (from the run's log), per
+//     user and per tenant (in this process's memory);
+//  6. approval: a require_approval policy or the manifest's approval rule.
+//
+// Execute runs an allowed call at the tool's declared isolation tier with
+// the manifest's timeout, failing closed when the tier has no executor here.
+// It re-checks the user's authorisation, attaches a credential minted for
+// that one call (package secrets), and cleans the output before anyone sees
+// it (package redact): secrets removed, control characters and escape
+// sequences stripped, size bounded, with the byte count taken first.
 package broker
 
 import (
@@ -13,6 +28,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/authz"
+	"github.com/agentplane/agentplane/redact"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -35,13 +53,37 @@ const DefaultApprovalExpiry = 24 * time.Hour
 type Options struct {
 	// Catalog holds the tier-1 functions.
 	Catalog *tool.Catalog
-	Logger  *slog.Logger
-	Clock   func() time.Time
+	// Executors run tools of tier 2 and 3 out of process, by tier (see
+	// package sandbox/toolrun). A tier without one fails closed.
+	Executors map[int]Executor
+	// Directory knows each tenant's users and their permissions. Without
+	// one, every user is unknown: tools that act for a user are denied.
+	Directory authz.Directory
+	// Policies returns an agent version's compiled policies (nil: the
+	// agent has none). An error denies the call.
+	Policies func(ctx context.Context, agent string, version int) (*agent.Policies, error)
+	// Credentials mints the credential of one call. Without it, tools
+	// whose auth mode is not none fail closed at execution.
+	Credentials Credentials
+	// Redact lists values that must never appear in tool output, on top
+	// of each call's own credential (the platform's own keys, say).
+	Redact []string
+	// MaxOutputBytes bounds what a tool may return into the log and the
+	// blob store (default 1 MiB); more is cut and flagged. What the model
+	// reads inline is bounded further by the loop.
+	MaxOutputBytes int
+	Logger         *slog.Logger
+	Clock          func() time.Time
 }
+
+// DefaultMaxOutputBytes is the default of Options.MaxOutputBytes.
+const DefaultMaxOutputBytes = 1 << 20
 
 // Broker authorises and executes tool calls. Safe for concurrent use.
 type Broker struct {
-	o Options
+	o       Options
+	limits  *limiter
+	redactR *redact.Redactor
 }
 
 // New returns a broker.
@@ -55,7 +97,10 @@ func New(o Options) (*Broker, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &Broker{o: o}, nil
+	if o.MaxOutputBytes <= 0 {
+		o.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	return &Broker{o: o, limits: newLimiter(), redactR: redact.New(o.Redact...)}, nil
 }
 
 // Proposal is a tool call the model proposed, with its context.
@@ -88,39 +133,70 @@ type RunState struct {
 	Currency   string
 	// Calls counts earlier tool calls of this run by tool name.
 	Calls map[string]int
+	// Allowed lists the earlier calls of this run that were let through
+	// (allowed, or approved), in order. Per-run rate limits count them and
+	// policies read their totals. The broker only reads it.
+	Allowed []PriorCall
 }
 
-// Decide runs the controls in order and returns the first refusal, or an
-// allow. It has no side effects.
+// PriorCall is an earlier call of the run that ran.
+type PriorCall struct {
+	Tool string
+	// At is when its attempt was recorded (from the log, so a call decided
+	// again after a crash sees the same history).
+	At time.Time
+	// Args are its canonical JSON arguments.
+	Args json.RawMessage
+}
+
+// Decide runs the controls in order (grant, authz, schema, policy, rate
+// limit, approval) and returns the first refusal, or an allow; the decision
+// names the control, and the rule, that decided. Its only side effect is
+// charging the in-memory per-user and per-tenant rate windows when it
+// allows a call. See decide.go.
 func (b *Broker) Decide(ctx context.Context, p Proposal) trace.Decision {
-	if p.Manifest == nil {
-		return trace.Decision{Control: ControlGrant, Reason: fmt.Sprintf("tool %q is not granted to this agent", p.Tool)}
-	}
-	if err := p.Manifest.ValidateArgs(p.Args); err != nil {
-		return trace.Decision{Control: ControlSchema, Reason: fmt.Sprintf("invalid arguments for %s: %v", p.Tool, err)}
-	}
-	if need, why := p.Manifest.NeedsApproval(p.Args); need {
-		group := p.Manifest.ApprovalGroup
-		if group == "" {
-			group = "approvers"
-		}
-		return trace.Decision{Control: ControlApproval, Reason: fmt.Sprintf("%s needs approval from %s: %s", p.Tool, group, why),
-			Approval: &trace.ApprovalNeed{Group: group, ExpiresMS: DefaultApprovalExpiry.Milliseconds(), Rule: "manifest:" + p.Tool}}
-	}
-	return trace.Decision{Allowed: true}
+	return b.decide(ctx, p)
+}
+
+// Executor runs a tool of tier 2 or 3 in a sandbox. It returns the tool's
+// result and the boundary record; a Go error means the platform failed.
+type Executor interface {
+	Execute(ctx context.Context, m *tool.Manifest, call tool.Call) (tool.Result, *trace.SandboxInfo, error)
 }
 
 // Execution is the outcome of running an allowed call.
 type Execution struct {
-	Status    string // trace.StatusOK, StatusError or StatusTimeout
+	Status string // trace.StatusOK, StatusError, StatusTimeout or StatusDenied
+	// Output is cleaned: secrets removed, control characters stripped,
+	// at most Options.MaxOutputBytes.
 	Output    []byte
 	LatencyMS int64
+	// Bytes is the size of what the tool returned, measured before any
+	// cleaning or cut.
+	Bytes int64
+	// Truncated is set when Output was cut to the bound.
+	Truncated bool
+	// Redactions counts secrets removed from the output.
+	Redactions int
+	// Boundary is the sandbox's boundary record (tier 2 and 3 only).
+	Boundary *trace.SandboxInfo
 }
 
-// Execute runs an allowed call at the manifest's tier. A Go error means the
-// platform failed (not the tool): the caller should not record a result.
+// Execute runs an allowed call at the manifest's tier, with a credential
+// minted for it, and cleans what comes back (see execute.go). A Go error
+// means the platform failed (not the tool): the caller should not record a
+// result.
 func (b *Broker) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) (Execution, error) {
+	return b.executeSecured(ctx, m, call)
+}
+
+// execute dispatches a call to its tier's executor. Its output is cleaned by
+// executeSecured.
+func (b *Broker) execute(ctx context.Context, m *tool.Manifest, call tool.Call) (Execution, error) {
 	start := b.o.Clock()
+	if ex := b.o.Executors[m.Tier]; m.Tier != 1 && ex != nil {
+		return b.executeSandboxed(ctx, ex, m, call, start)
+	}
 	if m.Tier != 1 {
 		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s needs an isolation tier %d executor, and none is available on this host; refusing to run it at a weaker tier", m.Name, m.Tier)})
 		return Execution{Status: trace.StatusError, Output: out}, nil
@@ -142,7 +218,7 @@ func (b *Broker) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		return Execution{Status: trace.StatusTimeout, Output: out, LatencyMS: lat}, nil
 	}
 	if err != nil {
-		b.o.Logger.Error("tool failed", "tool", m.Name, "run", call.RunID, "err", err)
+		b.o.Logger.Error("tool failed", "tool", m.Name, "run", call.RunID, "err", b.redactR.With(call.Credential).Error(err))
 		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s failed", m.Name)})
 		return Execution{Status: trace.StatusError, Output: out, LatencyMS: lat}, nil
 	}
@@ -155,4 +231,30 @@ func (b *Broker) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		out = []byte("null")
 	}
 	return Execution{Status: st, Output: out, LatencyMS: lat}, nil
+}
+
+// executeSandboxed runs a tier-2 or tier-3 call through its executor.
+func (b *Broker) executeSandboxed(ctx context.Context, ex Executor, m *tool.Manifest, call tool.Call, start time.Time) (Execution, error) {
+	res, info, err := ex.Execute(ctx, m, call)
+	lat := b.o.Clock().Sub(start).Milliseconds()
+	if ctx.Err() != nil {
+		return Execution{}, ctx.Err()
+	}
+	if err != nil {
+		b.o.Logger.Error("sandboxed tool failed", "tool", m.Name, "run", call.RunID, "tier", m.Tier, "err", b.redactR.With(call.Credential).Error(err))
+		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s failed: its sandbox could not run it", m.Name)})
+		return Execution{Status: trace.StatusError, Output: out, LatencyMS: lat, Boundary: info}, nil
+	}
+	st := trace.StatusOK
+	switch {
+	case info != nil && info.Outcome == "timeout":
+		st = trace.StatusTimeout
+	case res.IsError:
+		st = trace.StatusError
+	}
+	out := []byte(res.Output)
+	if len(out) == 0 {
+		out = []byte("null")
+	}
+	return Execution{Status: st, Output: out, LatencyMS: lat, Boundary: info}, nil
 }

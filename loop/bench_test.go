@@ -35,7 +35,7 @@ func (m benchModel) Complete(_ context.Context, _ string, req *model.Request, _ 
 	usage := model.Usage{InputTokens: model.EstimateTokens(req), OutputTokens: 300}
 	resp := &model.Response{StopReason: model.StopEndTurn, Usage: usage,
 		Content: []model.Part{{Type: model.PartText, Text: fmt.Sprintf("step %d: %s", turn, strings.Repeat("reasoning ", 120))}}}
-	if turn < m.steps && len(req.Tools) > 0 {
+	if turn < m.steps && len(req.Tools) > 0 && !req.ForbidToolCalls {
 		args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("%d %s", turn, strings.Repeat("d", m.argSize))})
 		resp.StopReason = model.StopToolUse
 		resp.Content = append(resp.Content, model.Part{Type: model.PartToolUse, ToolUseID: fmt.Sprintf("toolu_%d", turn), Name: m.tool, Input: args})

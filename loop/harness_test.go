@@ -122,6 +122,9 @@ type fixtureOptions struct {
 	alias   string
 	models  loop.Models
 	dir     string
+	// agentExtra is appended to the agent definition; small sets model.small.
+	agentExtra string
+	small      string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -166,7 +169,10 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if _, err := p.ApplyManifests(ctx, ms); err != nil {
 		t.Fatal(err)
 	}
-	def := agentYAML(o.budgets)
+	def := agentYAML(o.budgets) + o.agentExtra
+	if o.small != "" {
+		def = replaceOnce(def, "model: {alias: test-model}", "model: {alias: test-model, small: "+o.small+"}")
+	}
 	if o.alias != "" {
 		def = replaceOnce(def, "alias: test-model", "alias: "+o.alias)
 	}

@@ -48,6 +48,8 @@ type Agent struct {
 	Instructions string
 	Tools        []*tool.Manifest
 	Budgets      Budgets
+	// Compaction, when set, rewrites older steps into a progress note.
+	Compaction *trace.CompactionPolicy
 }
 
 // Resolver loads an agent version with the tool manifests it is granted.
@@ -133,8 +135,14 @@ type state struct {
 	costUnknown bool
 	tainted     bool
 	calls       map[string]int
+	allowed     []broker.PriorCall // calls that ran, for rate limits and policy totals
 	// replay state (nil outside replays)
 	replay *replayState
+	// compactAfter is the first step a failed compaction may be retried.
+	compactAfter int
+	// refused is set when the last model call was refused by the gateway's
+	// budget pre-check.
+	refused *trace.Budget
 	// waitedMS is time spent waiting for humans, which the wall-clock bound
 	// does not count.
 	waitedMS int64
@@ -178,9 +186,19 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 		if b := st.exceeded(elapsedMS); b != nil {
 			return l.finalCall(ctx, st, step, b)
 		}
+		if err := l.maybeCompact(ctx, st, step); err != nil {
+			return engine.Outcome{}, err
+		}
 		resp, err := l.modelCall(ctx, st, step, false)
 		if err != nil {
 			return engine.Outcome{}, err
+		}
+		if st.refused != nil {
+			// The gateway's estimate says this call would cross a bound:
+			// nothing was sent; the model gets its last call without tools.
+			b := st.refused
+			st.refused = nil
+			return l.finalCall(ctx, st, step, b)
 		}
 		if resp == nil {
 			return l.end(ctx, st, step, store.StatusFailed, "", "the model call failed")
@@ -250,7 +268,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		return json.Marshal(trace.RunStarted{
 			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
 			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
-			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay,
+			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: a.Compaction,
 		})
 	})
 	if err != nil {
@@ -313,7 +331,8 @@ func (st *state) runState() broker.RunState {
 	for k, v := range st.calls {
 		calls[k] = v
 	}
-	return broker.RunState{Tainted: st.tainted, Steps: st.steps, CostMicros: st.cost, Currency: st.budgets.MaxCost.Currency, Calls: calls}
+	return broker.RunState{Tainted: st.tainted, Steps: st.steps, CostMicros: st.cost, Currency: st.budgets.MaxCost.Currency, Calls: calls,
+		Allowed: st.allowed}
 }
 
 func (st *state) exceeded(elapsedMS int64) *trace.Budget {
@@ -378,14 +397,28 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 			mc.Response, mc.Model, mc.ReplayedFrom, mc.CostKnown, mc.Currency = orig.Response, orig.Model, orig.seq, true, st.budgets.MaxCost.Currency
 			return json.Marshal(mc)
 		}
-		res, err := l.o.Models.Complete(ctx, st.started.ModelAlias, req, model.Attribution{
+		attr := model.Attribution{
 			Tenant: st.run.Tenant, User: st.run.User, Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, RunID: st.run.ID, Step: step,
-		})
+		}
+		if !noTools {
+			// The gateway refuses, before sending, a call whose estimate
+			// would cross the run's token or cost bound. The last call at a
+			// limit is exempt: it is how the run reports what it found.
+			attr.Budget = model.Budget{MaxInputTokens: st.budgets.MaxInputTokens, UsedInputTokens: st.inTokens,
+				MaxCost: st.budgets.MaxCost, UsedCost: model.Money{Micros: st.cost, Currency: st.budgets.MaxCost.Currency},
+				CostUnknown: st.costUnknown}
+		}
+		res, err := l.o.Models.Complete(ctx, st.started.ModelAlias, req, attr)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			mc.Error = err.Error()
+			var be *model.BudgetError
+			if errors.As(err, &be) {
+				mc.BudgetRefused = &trace.Budget{Bound: be.Bound, Limit: be.Limit, Value: be.Used + max(be.Estimate, 0)}
+				return json.Marshal(mc)
+			}
 			if res != nil && res.CostKnown {
 				// An answer that failed validation still spent tokens.
 				mc.CostMicros, mc.Currency, mc.CostKnown = l.convert(res.Cost, st.budgets.MaxCost.Currency)
@@ -408,6 +441,10 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	var mc trace.ModelCall
 	if err := json.Unmarshal(ev.Payload, &mc); err != nil {
 		return nil, fmt.Errorf("model_call payload: %w", err)
+	}
+	if mc.BudgetRefused != nil {
+		st.refused = mc.BudgetRefused // not a step: nothing was sent
+		return nil, st.tr.Add(ev)
 	}
 	st.steps++
 	if mc.Response != nil {
@@ -505,6 +542,7 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	rev, err := st.env.Do(ctx, trace.EvToolResult, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 		r := trace.ToolResult{CallID: call.ToolUseID, Index: index, Tool: call.Name}
 		var out []byte
+		var origBytes int64
 		if rp != nil && rp.how != trace.ReplayedLive {
 			return json.Marshal(rp.result(call.ToolUseID, index, call.Name))
 		}
@@ -519,13 +557,15 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 			out, _ = json.Marshal(map[string]string{"error": final.Reason, "control": final.Control})
 		} else {
 			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: execArgs, IdempotencyKey: key,
-				RunID: run.ID, Tenant: run.Tenant, User: run.User})
+				RunID: run.ID, Tenant: run.Tenant, User: run.User, Agent: fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion)})
 			if err != nil {
 				return nil, err
 			}
 			r.Status, r.LatencyMS, out = ex.Status, ex.LatencyMS, ex.Output
+			r.Redactions, origBytes = ex.Redactions, ex.Bytes
+			r.Sandbox = ex.Boundary
 		}
-		r.Bytes = int64(len(out))
+		r.Bytes = max(int64(len(out)), origBytes) // what the tool returned, before the broker cut it
 		limit := l.o.MaxResultBytes
 		if m != nil && m.MaxOutput() > 0 && m.MaxOutput() < limit {
 			limit = m.MaxOutput()
@@ -563,6 +603,9 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		return "", fmt.Errorf("tool_result payload: %w", err)
 	}
 	st.calls[call.Name]++
+	if final.Allowed && m != nil {
+		st.allowed = append(st.allowed, broker.PriorCall{Tool: call.Name, At: aev.At, Args: execArgs})
+	}
 	// Taint: output of a tool marked untrusted is content from outside; once
 	// read, the run is tainted for the rest of its life.
 	if m != nil && m.UntrustedOutput && res.Status == trace.StatusOK && !st.tainted {

@@ -316,3 +316,33 @@ turns:
 		t.Fatalf("trace verify: %+v %v", rep, err)
 	}
 }
+
+// The gateway refuses, from its estimate and before sending anything, the
+// call that would cross the token budget; the run then makes its last call.
+func TestBudgetPrecheckRefusesBeforeSending(t *testing.T) {
+	f := newFixture(t, fixtureOptions{budgets: "{max_steps: 50, max_input_tokens: 2100, max_cost_usd: 10, max_wall_clock: 1h}", script: echoForever})
+	run, evs := f.run("echo")
+	if run.Status != store.StatusCompletedPartial {
+		t.Fatalf("status %s", run.Status)
+	}
+	calls := payloads[trace.ModelCall](t, evs, trace.EvModelCall)
+	var refused *trace.ModelCall
+	for i := range calls {
+		if calls[i].BudgetRefused != nil {
+			refused = &calls[i]
+		}
+	}
+	if refused == nil || refused.Response != nil || refused.BudgetRefused.Bound != "input_tokens" {
+		t.Fatalf("no refused call recorded: %+v", calls)
+	}
+	if refused.BudgetRefused.Value <= 2100 {
+		t.Fatalf("refusal value %d does not cross the limit", refused.BudgetRefused.Value)
+	}
+	// Two calls ran (2,000 tokens), the third was refused, then the final.
+	if run.Steps != 3 || run.InputTokens > 2100+1000 {
+		t.Fatalf("steps %d tokens %d", run.Steps, run.InputTokens)
+	}
+	if _, n, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || n != len(evs) {
+		t.Fatalf("verify %d/%d %v", n, len(evs), err)
+	}
+}

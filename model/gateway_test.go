@@ -95,6 +95,7 @@ func newTestGateway(t *testing.T, p Provider, logs *bytes.Buffer) *Gateway {
 		},
 		Logger: logger,
 		Now:    stepClock(1840 * time.Millisecond),
+		Sleep:  func(context.Context, time.Duration) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -64,9 +64,14 @@ type Request struct {
 	System   string    `json:"system,omitempty"`
 	Messages []Message `json:"messages"`
 	// Tools may be empty: the final call at a budget limit offers none.
-	Tools       []ToolDef `json:"tools,omitempty"`
-	MaxTokens   int       `json:"max_tokens,omitempty"`
-	Temperature *float64  `json:"temperature,omitempty"`
+	Tools []ToolDef `json:"tools,omitempty"`
+	// ForbidToolCalls keeps Tools in the request but tells the model it may
+	// not call any (tool_choice "none"). A final call made this way keeps
+	// the cached prefix, which starts with the tool definitions; dropping
+	// Tools instead makes that call a cache miss on the whole prompt.
+	ForbidToolCalls bool     `json:"forbid_tool_calls,omitempty"`
+	MaxTokens       int      `json:"max_tokens,omitempty"`
+	Temperature     *float64 `json:"temperature,omitempty"`
 }
 
 // Usage counts the tokens of one call as the provider reported them.
@@ -125,4 +130,30 @@ type ProviderFunc func(ctx context.Context, req *Request) (*Response, error)
 // Complete calls f(ctx, req).
 func (f ProviderFunc) Complete(ctx context.Context, req *Request) (*Response, error) {
 	return f(ctx, req)
+}
+
+// Delta is a piece of a response delivered while the call is in progress.
+type Delta struct {
+	// Text is model text to append to what this call has streamed so far.
+	Text string `json:"text,omitempty"`
+	// Reset says that the text streamed so far for this call is void: the
+	// attempt that produced it failed and the gateway is trying again (or
+	// failing over), so a viewer should discard it. Providers never send a
+	// Reset; only the gateway does.
+	Reset bool `json:"reset,omitempty"`
+}
+
+// StreamingProvider is implemented by providers that can deliver text as it
+// is generated. The gateway finds it by type assertion; a provider without it
+// is called through Complete and its whole text is delivered as one Delta.
+type StreamingProvider interface {
+	Provider
+	// CompleteStream makes exactly one call, like Complete, and calls onDelta
+	// with each piece of model text as it arrives, in order, on the calling
+	// goroutine. It returns the whole answer, as Complete would. A stream
+	// that ends before the provider's end-of-message marker is an error
+	// (retryable, like a dropped connection), never a short answer. onDelta
+	// must not block for long and must not retain the Delta's memory beyond
+	// the call.
+	CompleteStream(ctx context.Context, req *Request, onDelta func(Delta)) (*Response, error)
 }

@@ -272,3 +272,34 @@ type Store interface {
 	SignalStore
 	Close() error
 }
+
+// Principal is a user of a tenant with the permissions the platform knows
+// for them: what an agent acting on their behalf may do (see package authz).
+type Principal struct {
+	Tenant string
+	User   string
+	// Scopes are resource:action pairs such as refunds:write, sorted.
+	Scopes []string
+	// Groups name the groups the user belongs to (approvers, for
+	// example), sorted.
+	Groups []string
+	// Bindings restrict the calls made on the user's behalf: for each
+	// name, a tool argument of that name must have exactly that value
+	// (customer_id=c_88213 keeps a customer to their own account).
+	Bindings  map[string]string
+	UpdatedAt time.Time
+}
+
+// PrincipalStore persists principals. It is optional: a Store that also
+// implements it is the embedded default directory of users.
+type PrincipalStore interface {
+	// PutPrincipal creates or replaces the principal (tenant, user).
+	PutPrincipal(ctx context.Context, p *Principal) error
+	// GetPrincipal returns the principal or ErrNotFound.
+	GetPrincipal(ctx context.Context, tenant, user string) (*Principal, error)
+	// ListPrincipals lists the principals of tenant ("" = all), ordered
+	// by tenant and user.
+	ListPrincipals(ctx context.Context, tenant string) ([]*Principal, error)
+	// DeletePrincipal removes the principal or returns ErrNotFound.
+	DeletePrincipal(ctx context.Context, tenant, user string) error
+}

@@ -65,6 +65,9 @@ func (m *Manifest) ValidateArgs(args json.RawMessage) error {
 	}
 	var problems []string
 	collectProblems(ve, &problems)
+	// The validator visits properties in map order; sorted, the message is
+	// the same every time (a recorded decision quotes it).
+	slices.Sort(problems)
 	if len(problems) == 0 {
 		problems = []string{oneLine(ve.Error())}
 	}
@@ -100,7 +103,9 @@ func problemText(k jsonschema.ErrorKind) string {
 	case *kind.Required:
 		return "missing " + plural(len(k.Missing), "property", "properties") + " " + quoteAll(k.Missing)
 	case *kind.AdditionalProperties:
-		return "unexpected " + plural(len(k.Properties), "property", "properties") + " " + quoteAll(k.Properties)
+		// Sorted: the validator lists them in map order, and a decision's
+		// reason must not change from one evaluation to the next.
+		return "unexpected " + plural(len(k.Properties), "property", "properties") + " " + quoteAll(slices.Sorted(slices.Values(k.Properties)))
 	case *kind.FalseSchema:
 		return "not allowed"
 	}

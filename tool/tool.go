@@ -30,6 +30,8 @@ type Call struct {
 	Tenant         string
 	// User is the invoking user: the tool acts on their behalf only.
 	User string
+	// Agent names the agent version acting for the user (name@version).
+	Agent string
 	// Credential, when the broker attached one, is scoped to this call.
 	// It never enters the model's context or the log.
 	Credential string

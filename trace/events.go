@@ -34,6 +34,7 @@ const (
 	EvApprovalReq  = "approval_requested"
 	EvApprovalDec  = "approval_decided"
 	EvDiverged     = "replay_diverged"
+	EvCompaction   = "compaction"
 	EvRunCompleted = "run_completed"
 	EvRunFailed    = "run_failed"
 )
@@ -118,6 +119,35 @@ type RunStarted struct {
 	ToolDefs     Content         `json:"tool_defs"` // JSON []model.ToolDef offered to the model
 	Budgets      json.RawMessage `json:"budgets"`
 	Replay       *ReplayInfo     `json:"replay,omitempty"`
+	// Compaction, when set, is how older steps are compacted.
+	Compaction *CompactionPolicy `json:"compaction,omitempty"`
+}
+
+// CompactionPolicy is the agent version's compaction settings as pinned by
+// the run.
+type CompactionPolicy struct {
+	Alias      string `json:"alias"`
+	AtTokens   int64  `json:"at_tokens,omitempty"`
+	EverySteps int    `json:"every_steps,omitempty"`
+	KeepSteps  int    `json:"keep_steps"`
+}
+
+// Compaction records that older steps were rewritten into a progress note.
+// The raw steps stay in the log; the transcript keeps the first message,
+// the note, and the last KeptMessages messages.
+type Compaction struct {
+	Note              Content  `json:"note"`
+	KeptMessages      int      `json:"kept_messages"`
+	CompactedMessages int      `json:"compacted_messages"`
+	Identifiers       int      `json:"identifiers"`
+	Restored          []string `json:"restored,omitempty"`
+	Model             string   `json:"model,omitempty"`
+	InputTokens       int64    `json:"input_tokens"`
+	OutputTokens      int64    `json:"output_tokens"`
+	CostMicros        int64    `json:"cost_micros"`
+	CostKnown         bool     `json:"cost_known"`
+	LatencyMS         int64    `json:"latency_ms"`
+	Error             string   `json:"error,omitempty"`
 }
 
 // Replay determinism modes.
@@ -193,6 +223,9 @@ type ModelCall struct {
 	// ReplayedFrom is the original's model_call seq when a replay served
 	// this response from the recording (no model call, no cost).
 	ReplayedFrom int64 `json:"replayed_from,omitempty"`
+	// BudgetRefused is set when the gateway refused the call before
+	// sending it, because its estimate would cross a bound.
+	BudgetRefused *Budget `json:"budget_refused,omitempty"`
 }
 
 // Decision is the broker's verdict on a proposed tool call.
@@ -203,6 +236,9 @@ type Decision struct {
 	// Approval is set when Control is "approval": who must approve, within
 	// how long, and which rule asked for it.
 	Approval *ApprovalNeed `json:"approval,omitempty"`
+	// Rule names the rule that decided, when one did: "policy:NAME",
+	// "manifest:TOOL" or "rate_limit:10/min per run".
+	Rule string `json:"rule,omitempty"`
 }
 
 // ApprovalNeed says what approval a call needs.
@@ -210,6 +246,9 @@ type ApprovalNeed struct {
 	Group     string `json:"group"`
 	ExpiresMS int64  `json:"expires_ms"`
 	Rule      string `json:"rule,omitempty"`
+	// Binding is the hex sha256 of the tool name and the canonical
+	// arguments (see broker.Binding): an approval covers exactly this call.
+	Binding string `json:"binding,omitempty"`
 }
 
 // ToolAttempt is written (durably, for tools with side effects) before the
@@ -246,9 +285,63 @@ type ToolResult struct {
 	Truncated  bool    `json:"truncated,omitempty"`
 	ResultHash string  `json:"result_hash,omitempty"`
 	LatencyMS  int64   `json:"latency_ms"`
+	// Redactions counts secrets the broker removed from the output before
+	// it was stored or shown.
+	Redactions int `json:"redactions,omitempty"`
 	// Replayed says where a replay run's result came from (recorded, mock,
 	// denied, live); empty outside replays.
 	Replayed string `json:"replayed,omitempty"`
+	// Sandbox is the boundary record of a tool that ran at tier 2 or 3.
+	Sandbox *SandboxInfo `json:"sandbox,omitempty"`
+}
+
+// SandboxInfo is what the host measured at the sandbox boundary of one
+// tool call, kept apart from what the sandbox claimed (Sidecar).
+type SandboxInfo struct {
+	ID       string `json:"id"`
+	Host     string `json:"host"`
+	Executor string `json:"executor"` // bubblewrap | gvisor | firecracker
+	Tier     int    `json:"tier"`
+	// RequestedTier and Downgraded record a tier-3 tool run at tier 2
+	// because the operator allowed it.
+	RequestedTier int    `json:"requested_tier,omitempty"`
+	Downgraded    bool   `json:"downgraded,omitempty"`
+	Lifecycle     string `json:"lifecycle"` // created | warm | restored | reused-in-session
+	// ProvisionMS is the time to get a sandbox, WallMS what the host waited
+	// for the command, ExecMS what the sandbox says the command took.
+	ProvisionMS int64 `json:"provision_ms"`
+	ExecMS      int64 `json:"exec_ms"`
+	WallMS      int64 `json:"wall_ms"`
+	// Outcome keeps ok, exit, timeout, oom, killed and sandbox apart.
+	Outcome  string `json:"outcome"`
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// Byte counts are measured by the host before any truncation.
+	BytesIn         int64 `json:"bytes_in"`
+	StdoutBytes     int64 `json:"stdout_bytes"`
+	StderrBytes     int64 `json:"stderr_bytes"`
+	StdoutTruncated bool  `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool  `json:"stderr_truncated,omitempty"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes,omitempty"`
+	// Teardown is caller, reaper or nobody once the sandbox is gone; empty
+	// while the run's session keeps it (its teardown is logged later under
+	// the same id).
+	Teardown    string          `json:"teardown,omitempty"`
+	Traceparent string          `json:"traceparent,omitempty"`
+	Egress      []EgressAttempt `json:"egress,omitempty"`
+	// Sidecar is the wrapper's report: size-capped, schema-checked, and
+	// still only a claim.
+	Sidecar      json.RawMessage `json:"sidecar,omitempty"`
+	SidecarError string          `json:"sidecar_error,omitempty"`
+}
+
+// EgressAttempt is one connection the egress proxy allowed or refused.
+type EgressAttempt struct {
+	Host    string `json:"host"`
+	Port    int    `json:"port"`
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason"`
+	Addr    string `json:"addr,omitempty"`
 }
 
 // LoopNote is a message the platform adds for the model.

@@ -108,6 +108,20 @@ func (t *Transcript) Add(ev *store.Event) error {
 		}
 		t.held = append(t.held, heldMessage{ev.Seq, "Message from the user: " + m.Text})
 		return nil
+	case EvCompaction:
+		var p Compaction
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if p.Error != "" || len(t.messages) == 0 || p.KeptMessages >= len(t.messages) {
+			return nil
+		}
+		note, err := t.load(p.Note)
+		if err != nil {
+			return fmt.Errorf("compaction note at seq %d: %w", ev.Seq, err)
+		}
+		recent := append([]model.Message(nil), t.messages[len(t.messages)-p.KeptMessages:]...)
+		t.messages = model.ApplyCompaction(t.messages[0], string(note), recent)
 	case EvStepStarted:
 		for _, h := range t.held {
 			t.userPart(model.Part{Type: model.PartText, Text: h.text})
@@ -141,13 +155,13 @@ func (t *Transcript) modelView(c Content, truncated bool) (string, error) {
 	return string(b), nil
 }
 
-// Request builds the request for the next model call.
+// Request builds the request for the next model call. With noTools (the
+// last call at a budget limit) the tools stay in the request, so the cached
+// prefix still matches, and ForbidToolCalls tells the model it may not use
+// them.
 func (t *Transcript) Request(noTools bool) *model.Request {
-	req := &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...)}
-	if !noTools {
-		req.Tools = t.Tools
-	}
-	return req
+	return &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...),
+		Tools: t.Tools, ForbidToolCalls: noTools}
 }
 
 // PromptHash identifies a request's content (system, messages, tools).
@@ -156,7 +170,8 @@ func PromptHash(req *model.Request) (string, int64) {
 		System   string          `json:"system"`
 		Messages []model.Message `json:"messages"`
 		Tools    []model.ToolDef `json:"tools"`
-	}{req.System, req.Messages, req.Tools})
+		Forbid   bool            `json:"forbid_tool_calls,omitempty"`
+	}{req.System, req.Messages, req.Tools, req.ForbidToolCalls})
 	if err != nil {
 		panic(fmt.Sprintf("trace: marshal prompt: %v", err))
 	}

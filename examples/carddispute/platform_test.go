@@ -85,8 +85,10 @@ func TestDefinitionParsesAndBinds(t *testing.T) {
 		t.Errorf("budgets = %+v", b)
 	}
 	want := map[string]agent.Action{
-		"refund-needs-supervisor": {Kind: agent.ActionRequireApproval, Group: "card-ops-supervisors", Expires: agent.DefaultApprovalExpiry},
-		"tainted-external-email":  {Kind: agent.ActionRequireApproval, Group: "card-ops-agents", Expires: agent.DefaultApprovalExpiry},
+		"no-card-numbers-in-email":       {Kind: agent.ActionDeny, Reason: "emails never carry a full card number; use the last four digits"},
+		"refund-needs-supervisor":        {Kind: agent.ActionRequireApproval, Group: "card-ops-supervisors", Expires: agent.DefaultApprovalExpiry},
+		"refunds-in-run-need-supervisor": {Kind: agent.ActionRequireApproval, Group: "card-ops-supervisors", Expires: agent.DefaultApprovalExpiry},
+		"tainted-external-email":         {Kind: agent.ActionRequireApproval, Group: "card-ops-agents", Expires: agent.DefaultApprovalExpiry},
 	}
 	if len(d.Policies) != len(want) {
 		t.Errorf("%d policies, want %d", len(d.Policies), len(want))
@@ -95,6 +97,9 @@ func TestDefinitionParsesAndBinds(t *testing.T) {
 		if w, ok := want[p.Name]; !ok || p.Then != w {
 			t.Errorf("policy %s: then = %+v, want %+v", p.Name, p.Then, w)
 		}
+	}
+	if _, err := d.CompilePolicies(); err != nil {
+		t.Errorf("policies do not compile: %v", err)
 	}
 
 	var list []*tool.Manifest

@@ -27,6 +27,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := &command{ctx: ctx, out: stdout, err: stderr}
 	var err error
 	switch cmd {
+	case remoteCommand(cmd): // AGENTPLANE_SERVER is set: an HTTP client (client.go)
+		err = c.remote(cmd, rest)
+	case "serve":
+		err = c.serve(rest)
+	case "apikey":
+		err = c.apikey(rest)
 	case "agents":
 		err = c.agents(rest)
 	case "tools":
@@ -49,6 +55,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.models(rest)
 	case "replay":
 		err = c.replay(rest)
+	case "eval":
+		err = c.eval(rest)
 	case "approvals":
 		err = c.approvals(rest)
 	case "approve", "reject", "edit":
@@ -106,14 +114,20 @@ Usage:
   agentplane worker [--until-idle]                 execute queued runs (resumes crashed and woken ones)
   agentplane replay RUN --from-step N [...]        re-run a recorded run from step N with a change
   agentplane replay diff A B                       where a replay left its original; decisions; side effects
+  agentplane eval run SET --agent NAME@VERSION     run an eval set on simulated tools, graded in code
+  agentplane eval compare BASE CAND --set SET      compare two versions (--runs QUERY: replay runs)
   agentplane approvals                             list approvals waiting for a human
   agentplane approve|reject APPROVAL --as USER     decide an approval (edit: --args JSON)
   agentplane cancel RUN | message RUN --text T     signal a run (takes effect at its next step)
   agentplane bank                                  the demo's simulated bank: what it did, counted
+  agentplane serve [--addr A] [--config FILE]      the HTTP API and the workers in one process
+  agentplane apikey create --tenant T --user U     an API key (stored hashed, shown once); list; revoke ID
   agentplane users set TENANT USER --scopes S,...  who an agent may act for: scopes, --groups, --bind ARG=VALUE
   agentplane users list | users secret set T CONN  the users; connector secrets credentials are minted from
 
 Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
+With AGENTPLANE_SERVER=URL and AGENTPLANE_TOKEN=KEY set, run, runs, trace, approvals,
+approve, reject, edit, cancel and message are clients of that server instead.
 Run 'agentplane COMMAND -h' for a command's flags.
 `)
 }
@@ -130,6 +144,9 @@ type common struct {
 	models   string
 	verbose  bool
 	leaseTTL time.Duration
+	// sandboxes
+	guest, runsc string
+	downgrade    bool
 }
 
 func (c *command) flags(name string, cm *common) *flag.FlagSet {
@@ -143,11 +160,15 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 	fs.StringVar(&cm.models, "models", "", "models.yaml (default DATA/models.yaml)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
 	fs.DurationVar(&cm.leaseTTL, "lease-ttl", 15*time.Second, "how long a worker's lease on a run lasts without renewal")
+	fs.StringVar(&cm.guest, "sandbox-guest", os.Getenv("AGENTPLANE_GUEST"), "static sandbox wrapper binary; enables tier 2 (bubblewrap) and tier 3 (gVisor) tools (env AGENTPLANE_GUEST)")
+	fs.StringVar(&cm.runsc, "runsc", os.Getenv("AGENTPLANE_RUNSC"), "static gVisor runsc for tier 3 (env AGENTPLANE_RUNSC; default runsc on PATH)")
+	fs.BoolVar(&cm.downgrade, "downgrade-tier3", false, "let tier-3 tools run at tier 2 when gVisor is unavailable (logged, recorded on every call)")
 	return fs
 }
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
-	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL}
+	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
+		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

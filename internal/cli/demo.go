@@ -25,11 +25,13 @@ const (
 	DemoSupervisor = "meera@example-bank.in"
 )
 
-const demoDirectory = `# Who belongs to which group, per tenant: approvers are checked against it.
-example-bank:
-  priya@example-bank.in: [card-ops-agents]
-  meera@example-bank.in: [card-ops-supervisors, card-ops-agents]
-`
+// demoUsers are the demo tenant's users and their groups: the support agent
+// the runs act for, and the supervisor who approves refunds above the limit
+// (and emails out of a tainted run). Approvers are checked against them.
+var demoUsers = map[string][]string{
+	DemoUser:       {"card-ops-agents"},
+	DemoSupervisor: {"card-ops-supervisors", "card-ops-agents"},
+}
 
 var demoFiles = []string{"tools.yaml", "agent.yaml", "turns.yaml", "models.yaml"}
 
@@ -49,7 +51,9 @@ func setupDemo(c *command, p *platform.Platform, dir string) (string, error) {
 			return "", err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "directory.yaml"), []byte(demoDirectory), 0o600); err != nil {
+	// Who the runs act for, with what scopes and groups, and the
+	// connector secrets their calls' credentials are minted from.
+	if err := p.ProvisionCardDispute(c.ctx, DemoTenant, demoUsers); err != nil {
 		return "", err
 	}
 	if _, err := p.ApplyTools(c.ctx, filepath.Join(fdir, "tools.yaml")); err != nil {

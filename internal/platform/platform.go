@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/engine"
@@ -24,9 +25,11 @@ import (
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/scripted"
+	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/tool"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // Options configure Open.
@@ -49,8 +52,17 @@ type Options struct {
 	Clock    func() time.Time
 	// WrapStore lets tests inject failures between the engine and the store.
 	WrapStore func(store.Store) store.Store
-	// Directory checks approvers' groups.
+	// Directory checks approvers' groups (default: the groups of the
+	// users in Principals, or DataDir/directory.yaml when present).
 	Directory Directory
+	// Principals knows each tenant's users, their scopes, groups and
+	// bindings (default: the principals in the store).
+	Principals authz.Directory
+	// Secrets holds connector secrets (default: sealed files under
+	// DataDir/secrets, key from AGENTPLANE_SECRETS_KEY or DataDir/secrets.key).
+	Secrets secrets.Store
+	// Sandbox turns on tiers 2 and 3.
+	Sandbox SandboxOptions
 }
 
 // Platform is a running agentplane instance.
@@ -64,9 +76,15 @@ type Platform struct {
 	Engine   *engine.Engine
 	Models   loop.Models
 	Rates    *model.Rates
+	// Sandboxes manages tier 2/3 sandboxes (nil when none is configured).
+	Sandboxes *sandboxes
 	// Directory checks approvers' groups (nil: no approval can be decided).
 	Directory Directory
-	log       *slog.Logger
+	// Principals is the directory of users the broker authorises against.
+	Principals authz.Directory
+	// Secrets holds the connector secrets the broker mints credentials from.
+	Secrets secrets.Store
+	log     *slog.Logger
 }
 
 // Open starts the platform's components (no background workers).
@@ -120,7 +138,17 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		}
 	}
 	p.Registry = agent.NewRegistry(st, p.ToolSet)
-	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock})
+	if err := p.openSecurity(o); err != nil {
+		return fail(err)
+	}
+	pc := &policyCache{reg: p.Registry}
+	var execs map[int]broker.Executor
+	p.Sandboxes, execs, err = startSandboxes(ctx, o.Sandbox, o.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock, Executors: execs,
+		Directory: p.Principals, Policies: pc.get, Credentials: &secrets.Broker{Store: p.Secrets, Clock: o.Clock}})
 	if err != nil {
 		return fail(err)
 	}
@@ -176,6 +204,9 @@ func (noModels) Complete(context.Context, string, *model.Request, model.Attribut
 // Close stops everything Open started.
 func (p *Platform) Close() error {
 	var errs []error
+	if p.Sandboxes != nil {
+		p.Sandboxes.Stop()
+	}
 	if p.Bank != nil {
 		errs = append(errs, p.Bank.Close())
 	}
@@ -260,6 +291,13 @@ func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop
 	for _, n := range granted {
 		m, _ := set.Get(n)
 		a.Tools = append(a.Tools, m)
+	}
+	if c := d.Context; (c.CompactAtTokens > 0 || c.CompactEverySteps > 0) && d.Model.Small != "" {
+		keep := c.KeepRecentSteps
+		if keep == 0 {
+			keep = 3
+		}
+		a.Compaction = &trace.CompactionPolicy{Alias: d.Model.Small, AtTokens: c.CompactAtTokens, EverySteps: c.CompactEverySteps, KeepSteps: keep}
 	}
 	return a, nil
 }

@@ -60,11 +60,14 @@ func openDemo(t *testing.T) *platform.Platform {
 		}
 	}
 	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
-		Directory: platform.StaticDirectory{"example-bank": {"meera": {"card-ops-supervisors"}}}})
+		Directory: platform.StaticDirectory{"example-bank": {"meera": {"card-ops-supervisors", "card-ops-agents"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
+	if err := p.ProvisionCardDispute(ctx, "example-bank", map[string][]string{"priya": nil, "meera": {"card-ops-supervisors", "card-ops-agents"}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := p.ApplyTools(ctx, filepath.Join(dir, "tools.yaml")); err != nil {
 		t.Fatal(err)
 	}

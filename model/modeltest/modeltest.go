@@ -216,7 +216,9 @@ func textProblem(resp *model.Response) error {
 	if resp.Text() == "" {
 		return errors.New("answer to a text-only request has no text")
 	}
-	if resp.Usage.InputTokens <= 0 {
+	// Input read from or written to a prompt cache counts: a call whose
+	// whole prompt was cached has no uncached input tokens at all.
+	if resp.Usage.TotalInput() <= 0 {
 		return fmt.Errorf("usage %+v reports no input tokens", resp.Usage)
 	}
 	return nil
@@ -236,7 +238,9 @@ func checkToolResponse(resp *model.Response) error {
 	if len(calls) == 0 && resp.Text() == "" && resp.StopReason == model.StopEndTurn {
 		return errors.New("answer to a tool request has neither text nor tool calls")
 	}
-	if resp.Usage.InputTokens <= 0 {
+	// Input read from or written to a prompt cache counts: a call whose
+	// whole prompt was cached has no uncached input tokens at all.
+	if resp.Usage.TotalInput() <= 0 {
 		return fmt.Errorf("usage %+v reports no input tokens", resp.Usage)
 	}
 	return nil

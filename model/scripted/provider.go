@@ -80,7 +80,7 @@ func (p *Provider) Complete(ctx context.Context, req *model.Request) (*model.Res
 		}
 	}
 
-	if len(req.Tools) == 0 {
+	if len(req.Tools) == 0 || req.ForbidToolCalls {
 		resp := finalResponse(p.script.finalText(), req)
 		return resp, p.check(resp, "final")
 	}

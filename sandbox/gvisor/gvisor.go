@@ -155,8 +155,16 @@ func (e *Executor) Close() error {
 		return nil
 	}
 	p := filepath.Join(e.runscRoot(), "null-netns")
-	if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-		return err
+	// Sandboxes created at the same moment can each bind it, stacking
+	// mounts on one path: unmount until nothing is left.
+	for i := 0; i < 64; i++ {
+		err := syscall.Unmount(p, syscall.MNT_DETACH)
+		if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -102,16 +102,11 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]*store.Run, 
 	return out, rows.Err()
 }
 
-const runnable = `(
-  status = 'queued'
-  OR (status = 'running' AND lease_expires < :now)
-  OR (status = 'waiting' AND lease_owner = '' AND ((wake_at > 0 AND wake_at <= :now)
-      OR EXISTS (SELECT 1 FROM signals WHERE signals.run_id = runs.id AND consumed = 0)))
-)`
-
-// ClaimRun implements store.RunStore. Interactive (stream) runs come first.
+// ClaimRun implements store.RunStore. Interactive (stream) runs come first,
+// oldest first; background runs are shared between tenants by weighted fair
+// queuing (see claimFair).
 func (s *Store) ClaimRun(ctx context.Context, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
-	return s.claim(ctx, "", owner, ttl, now)
+	return s.claimNext(ctx, owner, ttl, now, false)
 }
 
 // ClaimRunByID implements store.RunStore.
@@ -119,39 +114,140 @@ func (s *Store) ClaimRunByID(ctx context.Context, id, owner string, ttl time.Dur
 	return s.claim(ctx, id, owner, ttl, now)
 }
 
+// runnableParts are the ways a run becomes runnable, each one an indexed
+// lookup (runs_by_status, runs_by_lease, runs_by_wake, signals_unconsumed),
+// so that claiming stays cheap however many runs wait.
+var runnableParts = []string{
+	"status = 'queued'",
+	"status = 'running' AND lease_expires < :now",
+	"status = 'waiting' AND lease_owner = '' AND wake_at > 0 AND wake_at <= :now",
+	// Unary + keeps the planner on the primary key, driven by the few
+	// unconsumed signals, rather than scanning every waiting run.
+	"id IN (SELECT run_id FROM signals WHERE consumed = 0) AND +status = 'waiting' AND lease_owner = ''",
+}
+
+// candidates selects cols of the runnable runs that match filter, as a
+// union of the indexed parts (a waiting run with a due timer and a signal
+// appears twice, which no caller minds).
+func candidates(cols, filter string) string {
+	qs := make([]string, len(runnableParts))
+	for i, p := range runnableParts {
+		qs[i] = "SELECT " + cols + " FROM runs WHERE " + p + " AND " + filter
+	}
+	return strings.Join(qs, " UNION ALL ")
+}
+
+var (
+	pickInteractive = candidates("id, created_at", "mode = 'stream'") + " ORDER BY created_at, id LIMIT 1"
+	// pickFair orders background candidates by their tenant's start tag in
+	// start-time fair queuing: max(the tenant's last finish, the system's
+	// virtual time); ties go to the oldest run.
+	pickFair = "WITH c AS (" + candidates("id, tenant, created_at", "mode != 'stream'") + `)
+SELECT c.id, c.tenant, max(coalesce(f.finish, 0), :v) AS start FROM c LEFT JOIN fair_queue f ON f.tenant = c.tenant
+ORDER BY start, c.created_at, c.id LIMIT 1`
+)
+
+// claimNext leases the next runnable run: interactive first, then (unless
+// interactiveOnly) background by weighted fair queuing across tenants. Each
+// claimed background run advances its tenant's virtual finish time by
+// 1/weight, so over time tenants get claims in proportion to their weights
+// and a tenant with a long backlog cannot starve one that just arrived.
+func (s *Store) claimNext(ctx context.Context, owner string, ttl time.Duration, now time.Time, interactiveOnly bool) (*store.Run, error) {
+	nowArg := sql.Named("now", micros(now))
+	// Look first on a reader, so that idle polling never takes the write lock.
+	var id string
+	var created int64
+	err := s.r.QueryRowContext(ctx, pickInteractive, nowArg).Scan(&id, &created)
+	if errors.Is(err, sql.ErrNoRows) && !interactiveOnly {
+		var tenant string
+		var start float64
+		err = s.r.QueryRowContext(ctx, pickFair, nowArg, sql.Named("v", 0.0)).Scan(&id, &tenant, &start)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	err = tx.QueryRowContext(ctx, pickInteractive, nowArg).Scan(&id, &created)
+	if errors.Is(err, sql.ErrNoRows) && !interactiveOnly {
+		err = s.claimFair(ctx, tx, nowArg, &id)
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.lease(ctx, tx, id, owner, ttl, now)
+}
+
+// claimFair picks the background run to claim and charges its tenant.
+func (s *Store) claimFair(ctx context.Context, tx *sql.Tx, nowArg sql.NamedArg, id *string) error {
+	var v float64
+	if err := tx.QueryRowContext(ctx, "SELECT finish FROM fair_queue WHERE tenant = ''").Scan(&v); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	var tenant string
+	var start float64
+	if err := tx.QueryRowContext(ctx, pickFair, nowArg, sql.Named("v", v)).Scan(id, &tenant, &start); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO fair_queue(tenant, weight, finish) VALUES (?1, 1, ?2 + 1)
+		ON CONFLICT(tenant) DO UPDATE SET finish = ?2 + 1.0 / weight`, tenant, start); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO fair_queue(tenant, weight, finish) VALUES ('', 1, ?1)
+		ON CONFLICT(tenant) DO UPDATE SET finish = ?1`, start)
+	return err
+}
+
+const runnable = `(
+  status = 'queued'
+  OR (status = 'running' AND lease_expires < :now)
+  OR (status = 'waiting' AND lease_owner = '' AND ((wake_at > 0 AND wake_at <= :now)
+      OR EXISTS (SELECT 1 FROM signals WHERE signals.run_id = runs.id AND consumed = 0)))
+)`
+
+// claim leases run id if it is runnable.
 func (s *Store) claim(ctx context.Context, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback()
-	q := "SELECT id FROM runs WHERE " + runnable
-	args := []any{sql.Named("now", micros(now))}
-	if id != "" {
-		q += " AND id = :id"
-		args = append(args, sql.Named("id", id))
-	}
-	q += " ORDER BY CASE mode WHEN 'stream' THEN 0 ELSE 1 END, created_at LIMIT 1"
 	var got string
-	if err := tx.QueryRowContext(ctx, q, args...).Scan(&got); err != nil {
+	if err := tx.QueryRowContext(ctx, "SELECT id FROM runs WHERE id = :id AND "+runnable,
+		sql.Named("now", micros(now)), sql.Named("id", id)).Scan(&got); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, store.ErrNotFound
 		}
 		return nil, err
 	}
+	return s.lease(ctx, tx, got, owner, ttl, now)
+}
+
+// lease gives run id to owner in tx and commits.
+func (s *Store) lease(ctx context.Context, tx *sql.Tx, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
 	if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'running', lease_owner = ?, lease_expires = ?,
 		lease_epoch = lease_epoch + 1, updated_at = ? WHERE id = ?`,
-		owner, micros(now.Add(ttl)), micros(now), got); err != nil {
+		owner, micros(now.Add(ttl)), micros(now), id); err != nil {
 		return nil, err
 	}
-	r, err := scanRun(tx.QueryRowContext(ctx, "SELECT "+runCols+" FROM runs WHERE id = ?", got))
+	r, err := scanRun(tx.QueryRowContext(ctx, "SELECT "+runCols+" FROM runs WHERE id = ?", id))
 	if err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, err
 	}
-	s.clearSticky(got)
+	s.clearSticky(id)
 	return r, nil
 }
 

@@ -1,0 +1,238 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/api"
+	"github.com/agentplane/agentplane/store"
+)
+
+// otherAgentYAML is the demo agent under another name, for tenant B to own.
+func otherAgentYAML(t testing.TB, dir, name string, version int) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "demo", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.Replace(string(data), "agent: card-dispute-assistant", "agent: "+name, 1)
+	s = strings.Replace(s, "version: 1", "version: "+strconv.Itoa(version), 1)
+	// Long instructions go to the blob store, which the blob route needs.
+	return strings.Replace(s, "instructions: |\n", "instructions: |\n  "+strings.Repeat("This agent belongs to its tenant alone. ", 120)+"\n", 1)
+}
+
+// TestTenantIsolation enumerates every route of the API. Tenant B owns a
+// waiting run with a pending approval, an ended run, an agent, a webhook and
+// a delivery; tenant A, holding every scope, tries to read, stream, cancel,
+// approve, replay or list each of them and must get 404 (or, for lists, not
+// see them), and B's objects must be unchanged. A positive control repeats
+// each request as B to show the paths are right. A route added without a
+// case here fails the test.
+func TestTenantIsolation(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	ctx := context.Background()
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer hook.Close()
+
+	// Tenant B (gus at globex).
+	if r := f.do(gus, "PUT", "/v1/webhook", map[string]any{"url": hook.URL + "/b"}); r.status != 200 {
+		t.Fatalf("B's webhook: %s", r)
+	}
+	if r := f.do(gus, "POST", "/v1/agents/globex-bot/versions", otherAgentYAML(t, f.dir, "globex-bot", 1)); r.status != http.StatusCreated {
+		t.Fatalf("B's agent: %s", r)
+	}
+	var started api.Run
+	sr := f.do(gus, "POST", "/v1/runs", map[string]any{"agent": "globex-bot", "input": demoTask, "mode": "async"})
+	sr.decode(t, &started)
+	waitingRun := started.ID
+	ap := f.waitPending(gus, waitingRun, "issue_refund")
+	endedRun := f.startAsync(gus)
+	f.waitPending(gus, endedRun, "issue_refund")
+	if r := f.do(gus, "POST", "/v1/runs/"+endedRun+":cancel", nil); r.status != http.StatusAccepted {
+		t.Fatalf("cancel B's run: %s", r)
+	}
+	f.waitStatus(gus, endedRun, store.StatusCancelled)
+	var delivery string
+	for deadline := time.Now().Add(10 * time.Second); delivery == ""; {
+		ds, err := f.p.Store.ListDeliveries(ctx, otherTenant, endedRun, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 {
+			delivery = ds[0].ID
+		} else if time.Now().After(deadline) {
+			t.Fatal("no webhook delivery for B's ended run")
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	evs, err := f.p.Store.Events(ctx, waitingRun, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := ""
+	for _, ev := range evs {
+		if m := regexp.MustCompile(`"blob":"([0-9a-f]{64})"`).FindSubmatch(ev.Payload); m != nil {
+			blob = string(m[1])
+			break
+		}
+	}
+	if blob == "" {
+		t.Fatal("B's run refers to no blob; the blob route needs one")
+	}
+	// Tenant A has its own webhook.
+	if r := f.do(priya, "PUT", "/v1/webhook", map[string]any{"url": hook.URL + "/a"}); r.status != 200 {
+		t.Fatalf("A's webhook: %s", r)
+	}
+	bHook, _ := f.p.Store.GetWebhook(ctx, otherTenant)
+
+	notFound := func(t *testing.T, r *response) {
+		t.Helper()
+		if r.status != http.StatusNotFound {
+			t.Fatalf("as tenant A: %s, want 404", r)
+		}
+		if strings.Contains(string(r.body), waitingRun) || strings.Contains(string(r.body), "globex") {
+			t.Fatalf("the 404 names B's object: %s", r)
+		}
+	}
+	hides := func(t *testing.T, r *response) {
+		t.Helper()
+		if r.status != http.StatusOK {
+			t.Fatalf("as tenant A: %s, want 200", r)
+		}
+		for _, s := range []string{waitingRun, endedRun, "globex", ap.ID, delivery, "/b\""} {
+			if strings.Contains(string(r.body), s) {
+				t.Fatalf("tenant A sees %q of tenant B: %s", s, r)
+			}
+		}
+	}
+	type isoCase struct {
+		path string
+		body         any
+		hdr          []string
+		asA          func(t *testing.T, r *response)
+		// control is what B gets for the same request (default: not 404).
+		control int
+	}
+	cases := map[string]isoCase{
+		"GET /v1/openapi.json": {path: "/v1/openapi.json", asA: func(t *testing.T, r *response) {
+			if r.status != 200 || strings.Contains(string(r.body), "globex") {
+				t.Fatalf("openapi: %d", r.status)
+			}
+		}},
+		"POST /v1/runs":         {path: "/v1/runs", body: map[string]any{"agent": "globex-bot", "input": "x", "mode": "async"}, asA: notFound},
+		"GET /v1/runs":          {path: "/v1/runs", asA: hides},
+		"GET /v1/runs/{run_id}": {path: "/v1/runs/" + waitingRun, asA: notFound},
+		"GET /v1/runs/{run_id}/events": {path: "/v1/runs/" + waitingRun + "/events", asA: func(t *testing.T, r *response) {
+			notFound(t, r)
+			sse := f.do(priya, "GET", "/v1/runs/"+waitingRun+"/events", nil, "Accept", "text/event-stream", "Last-Event-ID", "0")
+			notFound(t, sse)
+		}},
+		"GET /v1/runs/{run_id}/blobs/{sha256}": {path: "/v1/runs/" + waitingRun + "/blobs/" + blob, asA: notFound},
+		"POST /v1/runs/{run_id}/messages": {path: "/v1/runs/" + waitingRun + "/messages", body: map[string]any{"text": "hi"}, asA: func(t *testing.T, r *response) {
+			notFound(t, r)
+			if sigs, _ := f.p.Store.PendingSignals(ctx, waitingRun); len(sigs) != 0 {
+				t.Fatalf("A's message reached B's run: %d signals", len(sigs))
+			}
+		}},
+		"POST /v1/runs/{run_id}:cancel": {path: "/v1/runs/" + waitingRun + ":cancel", asA: func(t *testing.T, r *response) {
+			notFound(t, r)
+			if sigs, _ := f.p.Store.PendingSignals(ctx, waitingRun); len(sigs) != 0 {
+				t.Fatalf("A's cancel reached B's run")
+			}
+		}},
+		"POST /v1/runs/{run_id}:replay":   {path: "/v1/runs/" + endedRun + ":replay", body: map[string]any{"from_step": 1}, asA: notFound},
+		"GET /v1/approvals":               {path: "/v1/approvals", asA: hides},
+		"GET /v1/approvals/{approval_id}": {path: "/v1/approvals/" + ap.ID, asA: notFound},
+		"POST /v1/approvals/{approval_id}:decide": {path: "/v1/approvals/" + ap.ID + ":decide", body: map[string]any{"decision": "approve"},
+			asA: func(t *testing.T, r *response) {
+				notFound(t, r)
+				if sigs, _ := f.p.Store.PendingSignals(ctx, waitingRun); len(sigs) != 0 {
+					t.Fatalf("A's decision reached B's run")
+				}
+			}, control: http.StatusForbidden}, // gus requested it
+		"GET /v1/agents":         {path: "/v1/agents", asA: hides},
+		"GET /v1/agents/{agent}": {path: "/v1/agents/globex-bot", asA: notFound},
+		"POST /v1/agents/{agent}/versions": {path: "/v1/agents/globex-bot/versions", body: otherAgentYAML(t, f.dir, "globex-bot", 2), asA: func(t *testing.T, r *response) {
+			notFound(t, r)
+			if vs, _ := f.p.Store.ListAgentVersions(ctx, "globex-bot"); len(vs) != 1 {
+				t.Fatalf("A added a version to B's agent")
+			}
+		}},
+		"GET /v1/agents/{agent}/versions/{version}": {path: "/v1/agents/globex-bot/versions/1", asA: notFound},
+		"PUT /v1/agents/{agent}/aliases/{alias}": {path: "/v1/agents/globex-bot/aliases/prod", body: map[string]any{"version": 1}, asA: func(t *testing.T, r *response) {
+			notFound(t, r)
+			if _, err := f.p.Store.GetAlias(ctx, "globex-bot", "prod"); err == nil {
+				t.Fatalf("A set an alias of B's agent")
+			}
+		}},
+		"GET /v1/webhook": {path: "/v1/webhook", asA: hides},
+		"PUT /v1/webhook": {path: "/v1/webhook", body: map[string]any{"url": hook.URL + "/a2"}, asA: func(t *testing.T, r *response) {
+			hides(t, r)
+			if w, _ := f.p.Store.GetWebhook(ctx, otherTenant); w.URL != bHook.URL || w.Secret != bHook.Secret {
+				t.Fatalf("A's PUT changed B's webhook")
+			}
+		}},
+		"DELETE /v1/webhook": {path: "/v1/webhook", asA: func(t *testing.T, r *response) {
+			if r.status != http.StatusNoContent {
+				t.Fatalf("A deletes its own webhook: %s", r)
+			}
+			if _, err := f.p.Store.GetWebhook(ctx, otherTenant); err != nil {
+				t.Fatalf("A's DELETE removed B's webhook: %v", err)
+			}
+		}, control: http.StatusNoContent},
+		"GET /v1/webhook/deliveries": {path: "/v1/webhook/deliveries?run_id=" + endedRun, asA: func(t *testing.T, r *response) {
+			hides(t, r)
+			hides(t, f.do(priya, "GET", "/v1/webhook/deliveries", nil))
+		}},
+		"GET /v1/webhook/deliveries/{delivery_id}": {path: "/v1/webhook/deliveries/" + delivery, asA: notFound},
+		"GET /v1/tenant": {path: "/v1/tenant", asA: func(t *testing.T, r *response) {
+			hides(t, r)
+			var tn api.Tenant
+			r.decode(t, &tn)
+			if tn.Tenant != bankTenant || tn.Usage.OpenRuns != 0 {
+				t.Fatalf("tenant = %+v", tn)
+			}
+		}},
+	}
+	type matched struct {
+		rt api.Route
+		c  isoCase
+	}
+	var run []matched
+	for _, rt := range api.Routes() {
+		key := rt.Method + " " + rt.Pattern
+		c, ok := cases[key]
+		if !ok {
+			t.Errorf("route %s has no tenant-isolation case: add one", key)
+			continue
+		}
+		delete(cases, key)
+		run = append(run, matched{rt, c})
+	}
+	for key := range cases {
+		t.Errorf("case %s matches no route", key)
+	}
+	for _, m := range run {
+		t.Run(m.rt.Method+" "+m.rt.Pattern, func(t *testing.T) {
+			m.c.asA(t, f.do(meera, m.rt.Method, m.c.path, m.c.body, m.c.hdr...))
+		})
+	}
+	// Positive controls, after every negative: the same requests as tenant
+	// B reach B's objects, so the 404s above are not wrong paths.
+	for _, m := range run {
+		r := f.do(gus, m.rt.Method, m.c.path, m.c.body, m.c.hdr...)
+		want := m.c.control
+		if (want == 0 && (r.status == http.StatusNotFound || r.status >= 500)) || (want != 0 && r.status != want) {
+			t.Errorf("control: %s %s as tenant B: %s (want %d, or any non-404 below 500)", m.rt.Method, m.c.path, r, want)
+		}
+	}
+}

@@ -1,0 +1,392 @@
+// Package api is agentplane's HTTP run API: runs (idempotent creation,
+// server-sent event streams that resume exactly with Last-Event-ID, async
+// runs whose end is announced by webhooks signed with the Standard Webhooks
+// scheme), messages, cancellation and approvals, agents and aliases, API
+// keys and JWT principals, tenant isolation (another tenant's objects answer
+// 404), admission quotas (429) and the worker pools that execute runs with
+// interactive runs first and background runs shared fairly between tenants.
+//
+// The run's event log stays the only record of a run: the stream is the
+// log (an event's SSE id is its sequence number), approvals are read from
+// it, and decisions, messages and cancels are signals the loop records in it.
+// See docs/design/api.md.
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/store"
+)
+
+// Backend is the store the API runs on.
+type Backend interface {
+	store.Store
+	store.APIStore
+}
+
+// Options configure a Server.
+type Options struct {
+	// Platform provides the store, registry, loop and directory.
+	Platform *platform.Platform
+	// Config holds tenants' quotas and weights and trusted JWT issuers.
+	Config *Config
+	Logger *slog.Logger
+	// Clock is the server's time: leases, approval expiry (wake times),
+	// webhook schedules and token validity all read it (default time.Now).
+	Clock func() time.Time
+
+	// Workers execute runs: interactive first, then background runs by
+	// weighted fair queuing between tenants (default 8).
+	Workers int
+	// InteractiveWorkers only ever take interactive (stream) runs, so chat
+	// runs start promptly even when background work fills Workers
+	// (default 2).
+	InteractiveWorkers int
+	// NoWorkers serves the API without executing runs (another process's
+	// workers, or a test, execute them).
+	NoWorkers bool
+	// LeaseTTL is the workers' lease (default 15s).
+	LeaseTTL time.Duration
+	// Poll is how often an idle worker looks for work (default 50ms; the
+	// interactive reserve looks five times as often).
+	Poll time.Duration
+
+	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
+	Heartbeat time.Duration
+	// WriteTimeout bounds one write to an SSE client; a client that stalls
+	// longer is disconnected and may resume with Last-Event-ID (default 30s).
+	WriteTimeout time.Duration
+
+	// WebhookBackoff is the wait before each retry of a delivery; its
+	// length is the number of retries (default 5s, 30s, 2m, 10m, 30m, 1h,
+	// 3h, 6h, 12h: about a day).
+	WebhookBackoff []time.Duration
+	// WebhookTimeout bounds one delivery attempt (default 10s).
+	WebhookTimeout time.Duration
+	// AllowPrivateWebhooks permits webhook URLs on loopback and private
+	// networks (tests, single-machine setups). Off, such targets are refused
+	// when registered and when dialled.
+	AllowPrivateWebhooks bool
+	// HTTPClient fetches issuers' JWKS (default: a client with a timeout).
+	HTTPClient *http.Client
+}
+
+// Server serves the API and runs the workers.
+type Server struct {
+	o      Options
+	p      *platform.Platform
+	st     Backend
+	cfg    *Config
+	log    *slog.Logger
+	clock  func() time.Time
+	auth   *authenticator
+	router *router
+	hub    *hub
+	hooks  *dispatcher
+
+	// admits serialises admission per tenant (check quotas, then create);
+	// decides serialises approval decisions per run.
+	admits, decides stripes
+
+	stopOnce sync.Once
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New builds a server; Start runs its workers and webhook dispatcher.
+func New(o Options) (*Server, error) {
+	if o.Platform == nil {
+		return nil, errors.New("api: Platform is required")
+	}
+	st, ok := any(o.Platform.Store).(Backend)
+	if !ok {
+		return nil, errors.New("api: the platform's store does not implement store.APIStore")
+	}
+	if o.Config == nil {
+		o.Config = &Config{}
+	}
+	if err := o.Config.validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Workers <= 0 {
+		o.Workers = 8
+	}
+	if o.InteractiveWorkers <= 0 {
+		o.InteractiveWorkers = 2
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 15 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = 50 * time.Millisecond
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.WebhookBackoff == nil {
+		o.WebhookBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute,
+			30 * time.Minute, time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour}
+	}
+	if o.WebhookTimeout <= 0 {
+		o.WebhookTimeout = 10 * time.Second
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	s := &Server{o: o, p: o.Platform, st: st, cfg: o.Config, log: o.Logger, clock: o.Clock}
+	s.auth = newAuthenticator(st, o.Config.Issuers, o.HTTPClient, o.Clock)
+	s.router = newRouter(Routes())
+	s.hub = newHub(st, o.Logger)
+	s.hooks = newDispatcher(s)
+	return s, nil
+}
+
+// Start sets tenants' fair-queuing weights and starts the stream hub's
+// poller, the webhook dispatcher and (unless NoWorkers) the workers. They
+// stop with ctx or Stop.
+func (s *Server) Start(ctx context.Context) error {
+	for name, t := range s.cfg.Tenants {
+		if err := s.st.SetFairWeight(ctx, name, t.Weight); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	s.ctx, s.cancel = ctx, cancel
+	s.goRun(func() { s.hub.run(ctx) })
+	s.goRun(func() { s.hooks.run(ctx) })
+	if s.o.NoWorkers {
+		return nil
+	}
+	return s.StartWorkers()
+}
+
+// StartWorkers starts the worker pools of a started server made with
+// NoWorkers (a test queues a backlog first, for example).
+func (s *Server) StartWorkers() error {
+	if s.ctx == nil {
+		return errors.New("api: StartWorkers before Start")
+	}
+	ns := &notifyingStore{Backend: s.st, hub: s.hub}
+	general, err := engine.New(engine.Options{Store: ns, Workflow: s.p.Loop.Workflow, LeaseTTL: s.o.LeaseTTL,
+		Poll: s.o.Poll, Clock: s.clock, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	reserve, err := engine.New(engine.Options{Store: &interactiveStore{notifyingStore: ns}, Workflow: s.p.Loop.Workflow,
+		LeaseTTL: s.o.LeaseTTL, Poll: s.o.Poll / 5, Clock: s.clock, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.goRun(func() { s.work(s.ctx, general, s.o.Workers) })
+	s.goRun(func() { s.work(s.ctx, reserve, s.o.InteractiveWorkers) })
+	return nil
+}
+
+func (s *Server) work(ctx context.Context, e *engine.Engine, n int) {
+	for ctx.Err() == nil {
+		// Work returns early only with the first error of a run; keep going.
+		if err := e.Work(ctx, engine.WorkOptions{Concurrency: n}); err != nil && ctx.Err() == nil {
+			s.log.Error("worker", "err", err)
+		}
+	}
+}
+
+func (s *Server) goRun(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// Stop stops what Start started and waits for it. It is idempotent.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.wg.Wait()
+	})
+}
+
+// notifyingStore tells the stream hub about every append and release of
+// the workers, so streams wake without polling.
+type notifyingStore struct {
+	Backend
+	hub *hub
+}
+
+func (n *notifyingStore) Append(ctx context.Context, req store.AppendRequest) error {
+	err := n.Backend.Append(ctx, req)
+	if err == nil && len(req.Events) > 0 {
+		n.hub.notify(req.RunID, req.Events[len(req.Events)-1].Seq)
+	}
+	return err
+}
+
+func (n *notifyingStore) ReleaseRun(ctx context.Context, id string, epoch int64, u store.RunUpdate) error {
+	err := n.Backend.ReleaseRun(ctx, id, epoch, u)
+	n.hub.notify(id, 0)
+	return err
+}
+
+// interactiveStore makes an engine claim interactive runs only.
+type interactiveStore struct{ *notifyingStore }
+
+func (i *interactiveStore) ClaimRun(ctx context.Context, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
+	return i.Backend.ClaimInteractive(ctx, owner, ttl, now)
+}
+
+// ServeHTTP authenticates the request, finds its route and checks the
+// route's scope.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, params, allow := s.router.lookup(r.Method, r.URL.EscapedPath())
+	if rt == nil {
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
+			return
+		}
+		writeError(w, http.StatusNotFound, "not_found", "no such route")
+		return
+	}
+	var p *Principal
+	if rt.Scope != "" {
+		var err error
+		p, err = s.auth.authenticate(r)
+		if err != nil {
+			if !errors.Is(err, errUnauthenticated) {
+				s.log.Warn("authenticate", "err", err)
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agentplane"`)
+			writeError(w, http.StatusUnauthorized, "unauthenticated", errUnauthenticated.Error())
+			return
+		}
+		if !p.Has(rt.Scope) {
+			writeError(w, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
+			return
+		}
+	}
+	rt.handle(s, w, r, p, params)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, ErrorResponse{Error: ErrorBody{Code: code, Message: msg}})
+}
+
+// httpError carries a status and code to the handler's caller.
+type httpError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) error {
+	return &httpError{http.StatusBadRequest, "invalid_request", fmt.Sprintf(format, args...)}
+}
+
+func notFound(what string) error {
+	return &httpError{http.StatusNotFound, "not_found", what + " not found"}
+}
+
+func conflict(format string, args ...any) error {
+	return &httpError{http.StatusConflict, "conflict", fmt.Sprintf(format, args...)}
+}
+
+// fail answers err: an *httpError or *quotaError as it says, store
+// sentinels by their meaning, anything else as a 500 that is logged.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	var qe *quotaError
+	switch {
+	case errors.As(err, &qe):
+		qe.write(w)
+	case errors.As(err, &he):
+		writeError(w, he.status, he.code, he.msg)
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, http.StatusNotFound, "not_found", "not found")
+	case errors.Is(err, store.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, platform.ErrApprovalNotPending):
+		writeError(w, http.StatusConflict, "approval_not_pending", err.Error())
+	case errors.Is(err, platform.ErrNotApprover):
+		writeError(w, http.StatusForbidden, "not_approver", err.Error())
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+	default:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+	}
+}
+
+// maxBody bounds request bodies (an agent definition is at most 1 MiB).
+const maxBody = 2 << 20
+
+// decodeBody reads a JSON body strictly: unknown fields are errors.
+func decodeBody(r *http.Request, v any) error {
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return badRequest("reading the body: %v", err)
+	}
+	if len(data) > maxBody {
+		return &httpError{http.StatusRequestEntityTooLarge, "too_large", "the body is larger than 2 MiB"}
+	}
+	return decodeJSON(data, v)
+}
+
+func decodeJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("the body is not the expected JSON: %v", err)
+	}
+	if dec.More() {
+		return badRequest("the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// stripes is a fixed set of mutexes picked by key: per-key locking without
+// a map that grows with every key.
+type stripes [64]sync.Mutex
+
+func (st *stripes) lock(key string) (unlock func()) {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	m := &st[h.Sum32()%uint32(len(st))]
+	m.Lock()
+	return m.Unlock
+}

@@ -1,0 +1,79 @@
+package eval
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+
+	"github.com/agentplane/agentplane/store"
+)
+
+// Stores are what CopyRun reads from and writes to.
+type Stores interface {
+	store.RunStore
+	store.EventStore
+	store.BlobStore
+}
+
+var blobRef = regexp.MustCompile(`"blob":"([0-9a-f]{64})"`)
+
+// CopyRun copies an ended run's record — the run, its events byte for byte
+// (so the copy's hash chain verifies) and every blob they name — from one
+// store to another. The copy is written as ended from the start, so no
+// worker of the target can ever claim it. Evals use it to replay a recorded
+// run inside a throwaway environment, and to keep eval runs (--record).
+func CopyRun(ctx context.Context, from, to Stores, runID string) error {
+	r, err := from.GetRun(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if !store.Terminal(r.Status) {
+		return fmt.Errorf("copy run %s: it is %s; only an ended run can be copied", runID, r.Status)
+	}
+	evs, err := from.Events(ctx, runID, 0, 0)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, ev := range evs {
+		for _, m := range blobRef.FindAllSubmatch(ev.Payload, -1) {
+			h := string(m[1])
+			if seen[h] {
+				continue
+			}
+			seen[h] = true
+			var sum [32]byte
+			b, _ := hex.DecodeString(h)
+			copy(sum[:], b)
+			data, err := from.GetBlob(ctx, sum)
+			if err != nil {
+				return fmt.Errorf("copy run %s: blob %s: %w", runID, h, err)
+			}
+			if _, err := to.PutBlob(ctx, data); err != nil {
+				return err
+			}
+		}
+	}
+	cp := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: r.Agent, AgentVersion: r.AgentVersion, Task: r.Task,
+		Mode: r.Mode, Status: r.Status, CreatedAt: r.CreatedAt, Currency: r.Currency, ParentRunID: r.ParentRunID}
+	if err := to.CreateRun(ctx, cp); err != nil {
+		return err
+	}
+	// A run that was never claimed has lease epoch 0, which is what the
+	// append is fenced with.
+	const batch = 512
+	for i := 0; i < len(evs) || i == 0; i += batch {
+		part := evs[i:min(i+batch, len(evs))]
+		req := store.AppendRequest{RunID: runID, Events: part}
+		if i+batch >= len(evs) {
+			req.Durable = true
+			req.Update = &store.RunUpdate{Status: &r.Status, Steps: &r.Steps, InputTokens: &r.InputTokens, OutputTokens: &r.OutputTokens,
+				CostMicros: &r.CostMicros, Currency: &r.Currency, CostUnknown: &r.CostUnknown, Result: &r.Result}
+		}
+		if err := to.Append(ctx, req); err != nil {
+			return fmt.Errorf("copy run %s: %w", runID, err)
+		}
+	}
+	return nil
+}

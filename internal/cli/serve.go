@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agentplane/agentplane/api"
+	"github.com/agentplane/agentplane/internal/platform"
+)
+
+// serve runs the HTTP API and the workers in one process.
+func (c *command) serve(args []string) error {
+	var cm common
+	fs := c.flags("serve", &cm)
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
+	config := fs.String("config", "", "API config YAML: tenants' quotas and weights, trusted JWT issuers (default DATA/api.yaml when present)")
+	workers := fs.Int("workers", 8, "runs executed at once (interactive first, then background runs fairly between tenants)")
+	interactive := fs.Int("interactive-workers", 2, "extra workers that only take interactive (stream) runs")
+	allowPrivate := fs.Bool("allow-private-webhooks", false, "allow webhook URLs on loopback and private networks")
+	clockOffset := fs.Duration("clock-offset", 0, "shift the server's clock by this much (drills and tests: let approvals expire without waiting)")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadAPIConfig(*config, cm.data)
+	if err != nil {
+		return err
+	}
+	clock := time.Now
+	if *clockOffset != 0 {
+		off := *clockOffset
+		clock = func() time.Time { return time.Now().Add(off) }
+	}
+	logger := slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if cm.verbose {
+		logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	p, err := c.open(&cm, func(o *platform.Options) { o.Clock, o.Logger = clock, logger })
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
+		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := srv.Start(ctx); err != nil {
+		ln.Close()
+		return err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s)\n", ln.Addr(), cm.data)
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	srv.Stop() // ends streams and lets the workers leave their runs to the next start
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 5*time.Second)
+	defer cancel()
+	if serr := hs.Shutdown(sctx); serr != nil {
+		hs.Close()
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func loadAPIConfig(path, dataDir string) (*api.Config, error) {
+	if path == "" {
+		def := filepath.Join(dataDir, "api.yaml")
+		if _, err := os.Stat(def); err != nil {
+			return &api.Config{}, nil
+		}
+		path = def
+	}
+	return api.LoadConfig(path)
+}
+
+// apikey manages API keys (stored hashed; a key is shown once).
+func (c *command) apikey(args []string) error {
+	if len(args) == 0 {
+		return exitCode{2, "usage: agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | list [--tenant T] | revoke ID"}
+	}
+	var cm common
+	fs := c.flags("apikey "+args[0], &cm)
+	tenant := fs.String("tenant", "", "the key's tenant")
+	user := fs.String("user", "", "the key's user")
+	scopes := fs.String("scopes", "", "comma-separated scopes (default all: "+strings.Join(api.AllScopes, ",")+")")
+	name := fs.String("name", "", "a label for the key")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	switch args[0] {
+	case "create":
+		var sc []string
+		if *scopes != "" {
+			sc = strings.Split(*scopes, ",")
+		}
+		tok, rec, err := api.NewAPIKey(*tenant, *user, *name, sc, time.Now())
+		if err != nil {
+			return err
+		}
+		if err := p.Store.PutAPIKey(c.ctx, rec); err != nil {
+			return err
+		}
+		fmt.Fprintln(c.out, tok)
+		fmt.Fprintf(c.err, "key %s for %s/%s (scopes %s); the token above is shown once\n", rec.ID, rec.Tenant, rec.User, strings.Join(rec.Scopes, " "))
+		return nil
+	case "list":
+		ks, err := p.Store.ListAPIKeys(c.ctx, *tenant)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tTENANT\tUSER\tNAME\tSCOPES\tCREATED\tREVOKED")
+		for _, k := range ks {
+			revoked := ""
+			if !k.RevokedAt.IsZero() {
+				revoked = k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, k.User, k.Name, strings.Join(k.Scopes, ","),
+				k.CreatedAt.Format(time.RFC3339), revoked)
+		}
+		return tw.Flush()
+	case "revoke":
+		if len(pos) != 1 {
+			return exitCode{2, "usage: agentplane apikey revoke ID"}
+		}
+		if err := p.Store.RevokeAPIKey(c.ctx, pos[0], time.Now()); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "key %s revoked\n", pos[0])
+		return nil
+	}
+	return exitCode{2, fmt.Sprintf("apikey: unknown subcommand %q", args[0])}
+}

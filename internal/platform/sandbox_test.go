@@ -1,0 +1,143 @@
+package platform_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/sandbox/sandboxtest"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/tool"
+	"github.com/agentplane/agentplane/trace"
+)
+
+const pythonAgent = `
+agent: analyst
+version: 1
+model: {alias: m}
+instructions: Analyse data with Python.
+tools: [{sandbox: python-analysis}]
+budgets: {max_steps: 5, max_input_tokens: 1000000, max_cost_usd: 1, max_wall_clock: 5m}
+`
+
+const pythonTurns = `
+turns:
+  - tool_calls:
+      - name: run_python
+        args:
+          code: "import json\nrows = [l.split(',') for l in open('t.csv').read().split()]\nseen = {}\ndup = [r[0] for r in rows if (r[1], r[2]) in seen or seen.setdefault((r[1], r[2]), r[0]) is None]\nprint(json.dumps(dup))"
+          files: {t.csv: "txn_1,AIR,12499\ntxn_2,AIR,12499\ntxn_3,CAFE,318\n"}
+  - text: "txn_2 duplicates txn_1"
+`
+
+func openPython(t *testing.T, sb platform.SandboxOptions) (*platform.Platform, string) {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	for n, b := range map[string]string{"agent.yaml": pythonAgent, "turns.yaml": pythonTurns, "models.yaml": `
+providers: {scripted: {type: scripted, script: turns.yaml}}
+aliases: [{name: m, provider: scripted, model_id: s, price: {currency: USD, input_per_mtok: 1, output_per_mtok: 1, cache_write_per_mtok: 0, cache_read_per_mtok: 0}}]
+`} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"), Sandbox: sb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	man, err := os.ReadFile("../../examples/carddispute/analysis/run_python.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := tool.ParseManifests("run_python.yaml", man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ApplyManifests(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	d, err := agent.LoadDefinitionFile(filepath.Join(dir, "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Registry.Apply(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.StartRun(ctx, platform.StartRequest{Agent: "analyst", Task: "find duplicates", Tenant: "t", User: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, r.ID
+}
+
+func pythonResult(t *testing.T, p *platform.Platform, runID string) trace.ToolResult {
+	t.Helper()
+	if _, err := p.Engine.Execute(context.Background(), runID); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := p.Store.Events(context.Background(), runID, 0, 0)
+	for _, ev := range evs {
+		if ev.Type == trace.EvToolResult {
+			var r trace.ToolResult
+			if err := json.Unmarshal(ev.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+	}
+	t.Fatal("no tool result")
+	return trace.ToolResult{}
+}
+
+// Without a sandbox configured, a tier-3 tool fails closed with a clear
+// error the model sees; nothing runs in-process.
+func TestTier3FailsClosedWithoutSandbox(t *testing.T) {
+	p, id := openPython(t, platform.SandboxOptions{})
+	r := pythonResult(t, p, id)
+	if r.Status != trace.StatusError || !strings.Contains(r.Output.Text, "tier 3") {
+		t.Fatalf("result %s %s, want an error naming tier 3", r.Status, r.Output.Text)
+	}
+	if run, _ := p.Store.GetRun(context.Background(), id); run.Status != store.StatusCompleted {
+		t.Fatalf("run %s", run.Status)
+	}
+}
+
+// Through the whole platform: the loop, the broker, the manager and gVisor.
+func TestRunPythonInGVisorThroughThePlatform(t *testing.T) {
+	runsc := os.Getenv("AGENTPLANE_RUNSC")
+	if runsc == "" {
+		runsc, _ = exec.LookPath("runsc")
+	}
+	if runsc == "" {
+		home, _ := os.UserHomeDir()
+		if p := filepath.Join(home, ".cache", "agentplane-tools", "bin", "runsc"); fileExists(p) {
+			runsc = p
+		}
+	}
+	if runsc == "" {
+		t.Skip("runsc is not available (scripts/test.sh builds it and sets AGENTPLANE_RUNSC)")
+	}
+	p, id := openPython(t, platform.SandboxOptions{Guest: sandboxtest.BuildGuest(t), Runsc: runsc, StateDir: sandboxtest.StateDir(t)})
+	r := pythonResult(t, p, id)
+	if r.Status != trace.StatusOK || !strings.Contains(r.Output.Text, "txn_2") || strings.Contains(r.Output.Text, "txn_3") {
+		t.Fatalf("result %s: %s", r.Status, r.Output.Text)
+	}
+	if r.Sandbox == nil {
+		t.Fatal("no boundary record on the tool result")
+	}
+	b, _ := json.Marshal(r.Sandbox)
+	t.Logf("boundary: %s", b)
+	if !strings.Contains(string(b), "gvisor") {
+		t.Fatalf("boundary does not name the gVisor executor: %s", b)
+	}
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -1,0 +1,11 @@
+package sqlite
+
+import (
+	"testing"
+
+	"github.com/agentplane/agentplane/store/storetest"
+)
+
+func TestAPIConformance(t *testing.T) {
+	storetest.ExerciseAPI(t, func(t *testing.T) storetest.APIStore { return openTemp(t) })
+}
