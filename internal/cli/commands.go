@@ -286,7 +286,11 @@ func (c *command) runs(args []string) error {
 		if r.CostUnknown {
 			cost = "unknown"
 		}
-		fmt.Fprintf(tw, "%s\t%s@%d\t%s\t%d\t%d\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Agent, r.AgentVersion, r.Status, r.Steps,
+		status := r.Status
+		if r.ParentRunID != "" {
+			status += " (" + replayLabel(c.ctx, p, r) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s@%d\t%s\t%d\t%d\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Agent, r.AgentVersion, status, r.Steps,
 			r.InputTokens, r.OutputTokens, cost, r.Tenant, r.User, r.CreatedAt.Format(time.RFC3339))
 	}
 	return tw.Flush()
@@ -379,3 +383,15 @@ func (c *command) worker(args []string) error {
 
 // costString formats a run's cost for humans.
 func costString(m model.Money) string { return money(m.Micros, m.Currency) }
+
+// replayLabel says what a replay run replays and in which determinism mode.
+func replayLabel(ctx context.Context, p *platform.Platform, r *store.Run) string {
+	evs, err := p.Store.Events(ctx, r.ID, 0, 1)
+	if err == nil && len(evs) == 1 && evs[0].Type == trace.EvRunStarted {
+		var rs trace.RunStarted
+		if json.Unmarshal(evs[0].Payload, &rs) == nil && rs.Replay != nil {
+			return fmt.Sprintf("replay of %s from step %d, mode %s", rs.Replay.Of, rs.Replay.FromStep, rs.Replay.Mode)
+		}
+	}
+	return "replay of " + r.ParentRunID
+}
