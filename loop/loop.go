@@ -60,6 +60,11 @@ type Models interface {
 	Complete(ctx context.Context, alias string, req *model.Request, a model.Attribution) (*model.CallResult, error)
 }
 
+// StreamingModels is a gateway that can also stream text deltas.
+type StreamingModels interface {
+	CompleteStream(ctx context.Context, alias string, req *model.Request, a model.Attribution, onDelta func(model.Delta)) (*model.CallResult, error)
+}
+
 // Options configure a Loop.
 type Options struct {
 	Resolve Resolver
@@ -84,6 +89,11 @@ type Options struct {
 	// ReplaySpec returns the replay instructions stored for a new run, or
 	// nil when the run is not a replay. Called once, when the run starts.
 	ReplaySpec func(ctx context.Context, runID string) (*trace.ReplayInfo, error)
+	// OnDelta, when set and the gateway can stream, receives model text as
+	// it arrives (live calls only; a replayed or recorded call sends none).
+	// It must not block. Deltas are a view for watchers: the model_call
+	// event stays the record.
+	OnDelta func(runID string, step int, d model.Delta)
 	// RepeatNote and RepeatStop are the loop-detection thresholds (3 and 5).
 	RepeatNote, RepeatStop int
 	Logger                 *slog.Logger
@@ -408,7 +418,14 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 				MaxCost: st.budgets.MaxCost, UsedCost: model.Money{Micros: st.cost, Currency: st.budgets.MaxCost.Currency},
 				CostUnknown: st.costUnknown}
 		}
-		res, err := l.o.Models.Complete(ctx, st.started.ModelAlias, req, attr)
+		var res *model.CallResult
+		var err error
+		if sm, ok := l.o.Models.(StreamingModels); ok && l.o.OnDelta != nil {
+			runID := st.run.ID
+			res, err = sm.CompleteStream(ctx, st.started.ModelAlias, req, attr, func(d model.Delta) { l.o.OnDelta(runID, step, d) })
+		} else {
+			res, err = l.o.Models.Complete(ctx, st.started.ModelAlias, req, attr)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -76,6 +76,8 @@ type Platform struct {
 	Engine   *engine.Engine
 	Models   loop.Models
 	Rates    *model.Rates
+	// Deltas carries streamed model text to live watchers.
+	Deltas *DeltaBus
 	// Sandboxes manages tier 2/3 sandboxes (nil when none is configured).
 	Sandboxes *sandboxes
 	// Directory checks approvers' groups (nil: no approval can be decided).
@@ -156,8 +158,10 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.WrapStore != nil {
 		es = o.WrapStore(st)
 	}
+	p.Deltas = NewDeltaBus()
 	p.Loop, err = loop.New(loop.Options{Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
-		Source: st, ReplaySpec: p.replaySpec, Logger: o.Logger})
+		OnDelta: p.Deltas.publish,
+		Source:  st, ReplaySpec: p.replaySpec, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
