@@ -50,6 +50,8 @@ type Agent struct {
 	Budgets      Budgets
 	// Compaction, when set, rewrites older steps into a progress note.
 	Compaction *trace.CompactionPolicy
+	// Temperature, when set, is sent with every model call.
+	Temperature *float64
 }
 
 // Resolver loads an agent version with the tool manifests it is granted.
@@ -278,7 +280,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		return json.Marshal(trace.RunStarted{
 			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
 			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
-			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: a.Compaction,
+			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: a.Compaction, Temperature: a.Temperature,
 		})
 	})
 	if err != nil {
@@ -398,10 +400,11 @@ func (l *Loop) note(ctx context.Context, st *state, step int, reason, text strin
 // error means the call failed and the failure is recorded.
 func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool) (*model.Response, error) {
 	req := st.tr.Request(noTools)
+	req.Temperature = st.started.Temperature
 	delta := st.tr.TakeDelta()
 	ev, err := st.env.Do(ctx, trace.EvModelCall, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 		hash, size := trace.PromptHash(req)
-		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools}
+		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools, Temperature: req.Temperature}
 		if orig := st.replay.recordedModel(step, noTools); orig != nil {
 			// Served from the original's log: no model call, no cost.
 			mc.Response, mc.Model, mc.ReplayedFrom, mc.CostKnown, mc.Currency = orig.Response, orig.Model, orig.seq, true, st.budgets.MaxCost.Currency

@@ -121,6 +121,9 @@ type RunStarted struct {
 	Replay       *ReplayInfo     `json:"replay,omitempty"`
 	// Compaction, when set, is how older steps are compacted.
 	Compaction *CompactionPolicy `json:"compaction,omitempty"`
+	// Temperature is the sampling temperature the agent version asks for
+	// (nil: the provider's default).
+	Temperature *float64 `json:"temperature,omitempty"`
 }
 
 // CompactionPolicy is the agent version's compaction settings as pinned by
@@ -223,6 +226,8 @@ type ModelCall struct {
 	// ReplayedFrom is the original's model_call seq when a replay served
 	// this response from the recording (no model call, no cost).
 	ReplayedFrom int64 `json:"replayed_from,omitempty"`
+	// Temperature is what the call was sent with (nil: provider default).
+	Temperature *float64 `json:"temperature,omitempty"`
 	// BudgetRefused is set when the gateway refused the call before
 	// sending it, because its estimate would cross a bound.
 	BudgetRefused *Budget `json:"budget_refused,omitempty"`

@@ -296,6 +296,7 @@ func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop
 		m, _ := set.Get(n)
 		a.Tools = append(a.Tools, m)
 	}
+	a.Temperature = d.Model.Temperature
 	if c := d.Context; (c.CompactAtTokens > 0 || c.CompactEverySteps > 0) && d.Model.Small != "" {
 		keep := c.KeepRecentSteps
 		if keep == 0 {
