@@ -190,8 +190,24 @@ type sseEvent struct {
 	data  string
 }
 
-// readSSE reads messages until the stream ends or stop returns true.
+// readSSE reads messages until the stream ends or stop returns true. Live
+// message.delta frames (no id, not part of the log) are left out; see
+// readSSEAll.
 func readSSE(t testing.TB, body io.Reader, stop func(sseEvent) bool) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	readSSEAll(t, body, func(e sseEvent) bool {
+		if e.event == "message.delta" {
+			return false
+		}
+		out = append(out, e)
+		return stop != nil && stop(e)
+	})
+	return out
+}
+
+// readSSEAll is readSSE with every frame, deltas included.
+func readSSEAll(t testing.TB, body io.Reader, stop func(sseEvent) bool) []sseEvent {
 	t.Helper()
 	var out []sseEvent
 	var cur sseEvent

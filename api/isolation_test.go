@@ -117,9 +117,9 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	type isoCase struct {
 		path string
-		body         any
-		hdr          []string
-		asA          func(t *testing.T, r *response)
+		body any
+		hdr  []string
+		asA  func(t *testing.T, r *response)
 		// control is what B gets for the same request (default: not 404).
 		control int
 	}

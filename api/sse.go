@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -241,6 +242,15 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 	w.WriteHeader(status)
 	f := s.hub.subscribe(runID, after)
 	defer s.hub.unsubscribe(f)
+	// Live model text, as it is generated: message.delta frames carry no
+	// id, so they never move Last-Event-ID; the model_call event that
+	// follows is the record. A reset voids the text streamed for the step.
+	var deltas <-chan platform.Delta
+	if s.p != nil && s.p.Deltas != nil {
+		ch, stop := s.p.Deltas.Subscribe(runID)
+		defer stop()
+		deltas = ch
+	}
 
 	write := func(b []byte) bool {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.o.WriteTimeout))
@@ -312,6 +322,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 			}
 		case <-hb.C:
 			if !write([]byte(": heartbeat\n\n")) || !flush() {
+				return
+			}
+		case d := <-deltas:
+			b, _ := json.Marshal(map[string]any{"run_id": d.RunID, "step": d.Step, "text": d.Text, "reset": d.Reset})
+			if !write([]byte("event: message.delta\ndata: "+string(b)+"\n\n")) || !flush() {
 				return
 			}
 		}
