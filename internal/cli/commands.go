@@ -15,7 +15,6 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/internal/platform"
-	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/scripted"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -380,9 +379,6 @@ func (c *command) worker(args []string) error {
 	defer stop()
 	return p.Engine.Work(ctx, engine.WorkOptions{Concurrency: *conc, UntilIdle: *untilIdle})
 }
-
-// costString formats a run's cost for humans.
-func costString(m model.Money) string { return money(m.Micros, m.Currency) }
 
 // replayLabel says what a replay run replays and in which determinism mode.
 func replayLabel(ctx context.Context, p *platform.Platform, r *store.Run) string {
