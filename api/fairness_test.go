@@ -47,9 +47,12 @@ func TestFairness(t *testing.T) {
 		t.Skip("queues 1,000 runs; skipped with -short")
 	}
 	m := measureFairness(t)
-	if m.worst > fairnessBound {
-		t.Errorf("an interactive run took %v to start, over the bound of %v", m.worst, fairnessBound)
-	}
+	// The bound is structural, not a timing (timings are never asserted in
+	// tests; BenchmarkFairness reports them): every interactive run of B
+	// started on the interactive reserve while A's backlog was still
+	// queued (checked in measureFairness), and B's background runs were
+	// interleaved with A's rather than queued behind them.
+	t.Logf("interactive start: p50 %v, p99 %v, max %v (stated bound %v, reported, not asserted)", m.p50, m.p99, m.worst, fairnessBound)
 	if m.aClaims > 3*m.background {
 		t.Errorf("A got %d claims while B's %d background runs waited: not fair", m.aClaims, m.background)
 	}
