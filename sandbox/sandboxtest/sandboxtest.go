@@ -161,10 +161,24 @@ func (s *suite) run(t *testing.T, sb sandbox.Sandbox, x sandbox.Exec) sandbox.Re
 	ctx, cancel := context.WithTimeout(context.Background(), x.Timeout+60*time.Second)
 	defer cancel()
 	r, err := sb.Exec(ctx, x)
+	// Known gVisor behaviour on a loaded host: `runsc exec` can lose its
+	// control connection to the sandbox while it waits ("urpc method
+	// containerManager.WaitPID failed: EOF", exit 128) although the sandbox
+	// is fine. The outcome of that one exec is then unknown, so the case is
+	// run again (at most twice) and the loss is logged; containment is
+	// still checked on the run that completes.
+	for i := 0; i < 2 && err == nil && lostExec(r); i++ {
+		t.Logf("runsc exec lost its connection to the sandbox (%s); running the case again", strings.TrimSpace(string(r.Stderr.Tail)))
+		r, err = sb.Exec(ctx, x)
+	}
 	if err != nil {
 		t.Fatalf("Exec %q: %v", x.Argv, err)
 	}
 	return r
+}
+
+func lostExec(r sandbox.Result) bool {
+	return r.ExitCode == 128 && strings.Contains(string(r.Stderr.Tail), "containerManager.WaitPID") && strings.Contains(string(r.Stderr.Tail), "EOF")
 }
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
