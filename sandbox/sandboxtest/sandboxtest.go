@@ -178,7 +178,7 @@ func (s *suite) run(t *testing.T, sb sandbox.Sandbox, x sandbox.Exec) sandbox.Re
 }
 
 func lostExec(r sandbox.Result) bool {
-	return r.ExitCode == 128 && strings.Contains(string(r.Stderr.Tail), "containerManager.WaitPID") && strings.Contains(string(r.Stderr.Tail), "EOF")
+	return r.ExitCode == 128 && strings.Contains(string(r.Stderr.Tail), "urpc method")
 }
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
