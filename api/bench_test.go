@@ -30,7 +30,7 @@ func longScript(steps int) string {
 	return b.String()
 }
 
-func benchServer(b *testing.B, script string) *apitest.Server {
+func benchServer(b *testing.B, script string, paused bool) *apitest.Server {
 	b.Helper()
 	var s *scripted.Script
 	if script != "" {
@@ -42,7 +42,7 @@ func benchServer(b *testing.B, script string) *apitest.Server {
 	return apitest.Start(b, apitest.Options{
 		Platform: func(o *platform.Options) { o.Script = s },
 		API: func(o *api.Options) {
-			o.Workers, o.InteractiveWorkers, o.Heartbeat = 8, 2, 5*time.Second
+			o.Workers, o.InteractiveWorkers, o.Heartbeat, o.NoWorkers = 8, 2, 5*time.Second, paused
 		},
 	})
 }
@@ -57,7 +57,7 @@ func BenchmarkRunStart(b *testing.B) {
 	for _, mode := range []string{"async", "stream"} {
 		b.Run("mode="+mode, func(b *testing.B) {
 			for range b.N {
-				s := benchServer(b, "")
+				s := benchServer(b, "", false)
 				client := &http.Client{}
 				var ds []time.Duration
 				for i := range n {
@@ -87,13 +87,13 @@ func BenchmarkRunStart(b *testing.B) {
 
 // BenchmarkSSEFanout streams to 200 concurrent SSE clients over loopback
 // and reports the events delivered per second, in total:
-//   - live, runs=1: 200 clients follow one running run of 100 steps;
+//   - live, runs=1: 200 clients follow one running run of 35 steps;
 //   - live, runs=200: each client follows its own running run;
 //   - recorded: 200 clients read one finished run's log from the start.
 //
 // Run with -benchtime 1x.
 func BenchmarkSSEFanout(b *testing.B) {
-	const clients, steps = 200, 100
+	const clients, steps = 200, 35 // the demo agent allows 40 steps
 	for _, c := range []struct {
 		name     string
 		runs     int
@@ -101,7 +101,8 @@ func BenchmarkSSEFanout(b *testing.B) {
 	}{{"live/runs=1", 1, false}, {"live/runs=200", 200, false}, {"recorded/runs=1", 1, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			for range b.N {
-				s := benchServer(b, longScript(steps))
+				// Live: the runs wait until every client is connected.
+				s := benchServer(b, longScript(steps), !c.recorded)
 				ctx := context.Background()
 				cl := apiclient.New(s.HTTP.URL, s.Keys[apitest.Priya])
 				cl.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: 0}}
@@ -128,28 +129,66 @@ func BenchmarkSSEFanout(b *testing.B) {
 					}
 				}
 				var delivered atomic.Int64
-				var wg sync.WaitGroup
+				var lagMu sync.Mutex
+				var lags []time.Duration
+				var wg, connected sync.WaitGroup
 				start := time.Now()
 				for i := range clients {
 					wg.Add(1)
+					connected.Add(1)
 					go func() {
 						defer wg.Done()
-						end, err := cl.Follow(ctx, runs[i%len(runs)], 0, func(apiclient.Event) error {
+						once := sync.OnceFunc(connected.Done)
+						defer once()
+						// Wait for the stream's first bytes (the retry hint), so every
+						// client is connected before the runs start.
+						cl := *cl
+						cl.HTTP = &http.Client{Transport: connectedTransport{cl.HTTP.Transport, once}}
+						var mine []time.Duration
+						end, err := cl.Follow(ctx, runs[i%len(runs)], 0, func(ev apiclient.Event) error {
 							delivered.Add(1)
+							mine = append(mine, time.Since(ev.At))
 							return nil
 						})
-						if err != nil || end.Status != store.StatusCompleted {
+						lagMu.Lock()
+						lags = append(lags, mine...)
+						lagMu.Unlock()
+						if err != nil || !store.Terminal(end.Status) {
 							b.Errorf("client %d: %v %+v", i, err, end)
 						}
 					}()
+				}
+				connected.Wait()
+				if !c.recorded {
+					start = time.Now()
+					if err := s.API.StartWorkers(); err != nil {
+						b.Fatal(err)
+					}
 				}
 				wg.Wait()
 				elapsed := time.Since(start)
 				b.ReportMetric(float64(delivered.Load())/elapsed.Seconds(), "events/s")
 				b.ReportMetric(float64(delivered.Load())/float64(clients), "events/client")
 				b.ReportMetric(elapsed.Seconds(), "s")
+				if !c.recorded {
+					// From the event's append (its time) to a client's callback.
+					b.ReportMetric(float64(pct(lags, 0.5).Microseconds())/1000, "lag-p50-ms")
+					b.ReportMetric(float64(pct(lags, 0.99).Microseconds())/1000, "lag-p99-ms")
+				}
 				b.ReportMetric(0, "ns/op")
 			}
 		})
 	}
+}
+
+// connectedTransport calls done once a response's headers arrived.
+type connectedTransport struct {
+	next http.RoundTripper
+	done func()
+}
+
+func (t connectedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	t.done()
+	return resp, err
 }

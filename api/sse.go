@@ -72,6 +72,10 @@ const feedCache = 4096
 // announced (appends by another process).
 const fallbackPoll = time.Second
 
+// announceGrace is how long a feed keeps looking, every 5 ms, for announced
+// events that are not committed yet.
+const announceGrace = 2 * time.Second
+
 type feed struct {
 	runID string
 	refs  int // guarded by hub.mu
@@ -176,6 +180,7 @@ func (h *hub) unsubscribe(f *feed) {
 func (h *hub) fetcher(f *feed) {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	var waitingSince time.Time // when the feed first fell behind an announcement
 	for {
 		select {
 		case <-f.kick:
@@ -200,6 +205,16 @@ func (h *hub) fetcher(f *feed) {
 			f.frames = append([]frame(nil), f.frames[n-feedCache:]...)
 		}
 		behind := f.last < f.want || len(evs) == 1000
+		if len(evs) > 0 || !behind {
+			waitingSince = time.Time{}
+		} else if waitingSince.IsZero() {
+			waitingSince = time.Now()
+		} else if time.Since(waitingSince) > announceGrace {
+			// The announced events never committed (their batch failed and
+			// the run went on without them): stop chasing them; the
+			// fallback poll still picks up whatever comes.
+			f.want, behind, waitingSince = f.last, false, time.Time{}
+		}
 		close(f.wake) // wake subscribers: new events, or a status to re-read
 		f.wake = make(chan struct{})
 		f.mu.Unlock()
