@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentplane/agentplane/internal/yamlissue"
 	"io"
 	"maps"
 	"math"
@@ -309,8 +310,8 @@ func ParseDefinition(filename string, data []byte, readRef func(path string) ([]
 	}
 	var raw rawDefinition
 	strictErr := strict.Decode(&raw)
-	c := &checker{file: filename, agent: scalarField(&node, "agent"), node: &node}
-	if !mappingDocument(&node) {
+	c := &checker{file: filename, agent: yamlissue.ScalarField(&node, "agent"), node: &node}
+	if !yamlissue.MappingDocument(&node) {
 		c.add("", "an agent definition must be a mapping of fields")
 		return nil, c.err()
 	}
@@ -320,7 +321,7 @@ func ParseDefinition(filename string, data []byte, readRef func(path string) ([]
 	case err != nil:
 		line, problem := yamlSyntaxProblem(err)
 		return nil, &DefinitionError{File: filename, Agent: c.agent, Line: line, Problem: problem}
-	case !emptyDocument(&extra):
+	case !yamlissue.EmptyDocument(&extra):
 		line := 0
 		if len(extra.Content) > 0 {
 			line = extra.Content[0].Line
@@ -333,7 +334,7 @@ func ParseDefinition(filename string, data []byte, readRef func(path string) ([]
 			c.add("", "%s", strings.TrimPrefix(strictErr.Error(), "yaml: "))
 			return nil, c.err()
 		}
-		for _, is := range yamlIssues(&node, te.Errors) {
+		for _, is := range yamlissue.Issues(&node, te.Errors) {
 			c.errs = append(c.errs, &DefinitionError{File: filename, Agent: c.agent, Line: is.Line, Field: is.Field, Problem: is.Problem})
 		}
 		return nil, c.err()
@@ -348,11 +349,7 @@ func ParseDefinition(filename string, data []byte, readRef func(path string) ([]
 // yamlSyntaxProblem explains a YAML syntax error, with a hint for the most
 // common one in definitions: an unquoted value that contains ": ".
 func yamlSyntaxProblem(err error) (line int, problem string) {
-	problem = strings.TrimPrefix(err.Error(), "yaml: ")
-	if m := reIssueLine.FindStringSubmatch(problem); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		problem = m[2]
-	}
+	line, problem = yamlissue.SplitLine(strings.TrimPrefix(err.Error(), "yaml: "))
 	if strings.Contains(problem, "mapping values are not allowed") {
 		problem += ` (a value containing ": " must be quoted, e.g. then: "require_approval(group: ops, expires: 24h)", or written with =, e.g. then: require_approval(group=ops, expires=24h))`
 	}
@@ -441,7 +438,7 @@ func (c *checker) add(field, format string, args ...any) {
 
 func (c *checker) addAt(line int, field, format string, args ...any) {
 	if line == 0 && c.node != nil && field != "" {
-		line = lineOf(c.node, field)
+		line = yamlissue.LineOf(c.node, field)
 	}
 	c.errs = append(c.errs, &DefinitionError{File: c.file, Agent: c.agent, Line: line, Field: field, Problem: fmt.Sprintf(format, args...)})
 }
@@ -544,7 +541,7 @@ func (c *checker) instructions(d *Definition, raw *rawDefinition, readRef func(s
 		}
 		data, err := readRef(filepath.Clean(ref))
 		if err != nil {
-			c.errs = append(c.errs, &DefinitionError{File: c.file, Agent: c.agent, Line: lineOf(c.node, "instructions_ref"), Field: "instructions_ref",
+			c.errs = append(c.errs, &DefinitionError{File: c.file, Agent: c.agent, Line: yamlissue.LineOf(c.node, "instructions_ref"), Field: "instructions_ref",
 				Problem: fmt.Sprintf("cannot read %s: %v", ref, err), Err: err})
 			return
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/agentplane/agentplane/internal/yamlissue"
 	"io"
 	"maps"
 	"math"
@@ -231,21 +232,17 @@ func ParseManifests(filename string, data []byte) ([]*Manifest, error) {
 			break
 		}
 		if err != nil {
-			problem, line := strings.TrimPrefix(err.Error(), "yaml: "), 0
-			if m := reIssueLine.FindStringSubmatch(problem); m != nil {
-				line, _ = strconv.Atoi(m[1])
-				problem = m[2]
-			}
+			line, problem := yamlissue.SplitLine(strings.TrimPrefix(err.Error(), "yaml: "))
 			errs = append(errs, &ManifestError{File: filename, Doc: doc, Line: line, Problem: problem})
 			break
 		}
 		var raw rawManifest
 		strictErr := strict.Decode(&raw)
-		if emptyDocument(&node) {
+		if yamlissue.EmptyDocument(&node) {
 			continue
 		}
-		c := &checker{file: filename, doc: doc, tool: scalarField(&node, "name"), node: &node}
-		if !mappingDocument(&node) {
+		c := &checker{file: filename, doc: doc, tool: yamlissue.ScalarField(&node, "name"), node: &node}
+		if !yamlissue.MappingDocument(&node) {
 			c.add("", "a tool manifest must be a mapping of fields")
 			errs = append(errs, c.errs...)
 			continue
@@ -255,7 +252,7 @@ func ParseManifests(filename string, data []byte) ([]*Manifest, error) {
 			if !errors.As(strictErr, &te) {
 				c.add("", "%s", strings.TrimPrefix(strictErr.Error(), "yaml: "))
 			} else {
-				for _, is := range yamlIssues(&node, te.Errors) {
+				for _, is := range yamlissue.Issues(&node, te.Errors) {
 					c.errs = append(c.errs, &ManifestError{File: filename, Tool: c.tool, Doc: doc, Line: is.Line, Field: is.Field, Problem: is.Problem})
 				}
 			}
@@ -268,7 +265,7 @@ func ParseManifests(filename string, data []byte) ([]*Manifest, error) {
 			continue
 		}
 		if prev, dup := first[m.Name]; dup {
-			errs = append(errs, &ManifestError{File: filename, Tool: m.Name, Doc: doc, Line: lineOf(&node, "name"), Field: "name",
+			errs = append(errs, &ManifestError{File: filename, Tool: m.Name, Doc: doc, Line: yamlissue.LineOf(&node, "name"), Field: "name",
 				Problem: fmt.Sprintf("tool defined twice (documents %d and %d)", prev, doc)})
 			continue
 		}
@@ -381,7 +378,7 @@ type checker struct {
 func (c *checker) add(field, format string, args ...any) {
 	line := 0
 	if c.node != nil && field != "" {
-		line = lineOf(c.node, field)
+		line = yamlissue.LineOf(c.node, field)
 	}
 	c.errs = append(c.errs, &ManifestError{File: c.file, Tool: c.tool, Doc: c.doc, Line: line, Field: field, Problem: fmt.Sprintf(format, args...)})
 }
@@ -458,7 +455,7 @@ func (c *checker) build(raw *rawManifest) *Manifest {
 	c.auth(m, raw.Auth)
 
 	// rate_limit is one string or a list; errors index it only if a list.
-	listed := len(raw.RateLimit) > 1 || lineOf(c.node, "rate_limit[0]") > 0
+	listed := len(raw.RateLimit) > 1 || yamlissue.LineOf(c.node, "rate_limit[0]") > 0
 	for i, s := range raw.RateLimit {
 		rl, err := ParseRateLimit(s)
 		field := "rate_limit"

@@ -1,4 +1,7 @@
-package agent
+// Package yamlissue turns yaml.v3's decoding errors into the field paths and
+// lines a human can act on, for the strict parsers of agent definitions and
+// tool manifests (and anything else that decodes YAML written by people).
+package yamlissue
 
 import (
 	"fmt"
@@ -9,15 +12,11 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// This file turns yaml.v3's decoding errors into field paths a definition
-// author can act on. It mirrors the helpers of package tool; both could
-// move to one internal package.
+// MaxDepth bounds how deep the node walkers below descend.
+const MaxDepth = 64
 
-// maxYAMLDepth bounds how deep the node walkers below descend.
-const maxYAMLDepth = 64
-
-// A yamlIssue is one problem yaml.v3 reported while decoding a document.
-type yamlIssue struct {
+// A Issue is one problem yaml.v3 reported while decoding a document.
+type Issue struct {
 	Line    int
 	Field   string
 	Problem string
@@ -31,23 +30,23 @@ var (
 	reKeyIssue  = regexp.MustCompile(`^key (".*"): (.*)$`)
 )
 
-// yamlIssues explains the messages of a yaml.TypeError, locating each in
+// Issues explains the messages of a yaml.TypeError, locating each in
 // the document's node tree.
-func yamlIssues(doc *yaml.Node, msgs []string) []yamlIssue {
-	out := make([]yamlIssue, 0, len(msgs))
+func Issues(doc *yaml.Node, msgs []string) []Issue {
+	out := make([]Issue, 0, len(msgs))
 	for _, msg := range msgs {
 		m := reIssueLine.FindStringSubmatch(msg)
 		if m == nil {
-			out = append(out, yamlIssue{Problem: msg})
+			out = append(out, Issue{Problem: msg})
 			continue
 		}
 		line, _ := strconv.Atoi(m[1])
 		text := m[2]
-		is := yamlIssue{Line: line, Problem: text}
+		is := Issue{Line: line, Problem: text}
 		switch {
 		case reUnknown.MatchString(text):
 			name := reUnknown.FindStringSubmatch(text)[1]
-			is.Field = keyAt(doc, line, name)
+			is.Field = KeyAt(doc, line, name)
 			if is.Field == "" {
 				is.Field = name
 			}
@@ -58,7 +57,7 @@ func yamlIssues(doc *yaml.Node, msgs []string) []yamlIssue {
 			if err != nil {
 				name = sm[1]
 			}
-			is.Field = keyAt(doc, line, name)
+			is.Field = KeyAt(doc, line, name)
 			is.Problem = fmt.Sprintf("appears twice (first at line %s)", sm[2])
 		case reKeyIssue.MatchString(text):
 			// Written by this package's own unmarshalers.
@@ -67,18 +66,18 @@ func yamlIssues(doc *yaml.Node, msgs []string) []yamlIssue {
 			if err != nil {
 				name = sm[1]
 			}
-			is.Field = keyAt(doc, line, name)
+			is.Field = KeyAt(doc, line, name)
 			is.Problem = sm[2]
 		case reUnmarshal.MatchString(text):
 			sm := reUnmarshal.FindStringSubmatch(text)
-			is.Field = valueAt(doc, line, sm[2])
+			is.Field = ValueAt(doc, line, sm[2])
 			got := yamlKind(sm[1])
 			if sm[2] != "" {
 				got += " " + strconv.Quote(sm[2])
 			}
 			is.Problem = fmt.Sprintf("expected %s, got %s", goKind(sm[3]), got)
 		default:
-			is.Field = valueAt(doc, line, "")
+			is.Field = ValueAt(doc, line, "")
 		}
 		out = append(out, is)
 	}
@@ -124,16 +123,16 @@ func goKind(t string) string {
 	return "a mapping"
 }
 
-// walkYAML calls fn for every mapping value and sequence element under n
+// Walk calls fn for every mapping value and sequence element under n
 // with its field path (a.b[2].c). Aliases are not followed.
-func walkYAML(n *yaml.Node, path string, depth int, fn func(path string, key, val *yaml.Node) bool) bool {
-	if n == nil || depth > maxYAMLDepth {
+func Walk(n *yaml.Node, path string, depth int, fn func(path string, key, val *yaml.Node) bool) bool {
+	if n == nil || depth > MaxDepth {
 		return true
 	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			if !walkYAML(c, path, depth, fn) {
+			if !Walk(c, path, depth, fn) {
 				return false
 			}
 		}
@@ -144,14 +143,14 @@ func walkYAML(n *yaml.Node, path string, depth int, fn func(path string, key, va
 			if path != "" {
 				p = path + "." + k.Value
 			}
-			if !fn(p, k, v) || !walkYAML(v, p, depth+1, fn) {
+			if !fn(p, k, v) || !Walk(v, p, depth+1, fn) {
 				return false
 			}
 		}
 	case yaml.SequenceNode:
 		for i, e := range n.Content {
 			p := fmt.Sprintf("%s[%d]", path, i)
-			if !fn(p, nil, e) || !walkYAML(e, p, depth+1, fn) {
+			if !fn(p, nil, e) || !Walk(e, p, depth+1, fn) {
 				return false
 			}
 		}
@@ -159,10 +158,10 @@ func walkYAML(n *yaml.Node, path string, depth int, fn func(path string, key, va
 	return true
 }
 
-// keyAt returns the path of the mapping key name written at line.
-func keyAt(doc *yaml.Node, line int, name string) string {
+// KeyAt returns the path of the mapping key name written at line.
+func KeyAt(doc *yaml.Node, line int, name string) string {
 	found := ""
-	walkYAML(doc, "", 0, func(p string, k, _ *yaml.Node) bool {
+	Walk(doc, "", 0, func(p string, k, _ *yaml.Node) bool {
 		if k != nil && k.Line == line && k.Value == name {
 			found = p
 			return false
@@ -172,13 +171,13 @@ func keyAt(doc *yaml.Node, line int, name string) string {
 	return found
 }
 
-// valueAt returns the path of the value at line, preferring a scalar whose
+// ValueAt returns the path of the value at line, preferring a scalar whose
 // text matches value (yaml.v3 shortens long values to a prefix and "...").
-func valueAt(doc *yaml.Node, line int, value string) string {
+func ValueAt(doc *yaml.Node, line int, value string) string {
 	prefix, shortened := strings.CutSuffix(value, "...")
 	var exact, deepest string
 	depth := -1
-	walkYAML(doc, "", 0, func(p string, _, v *yaml.Node) bool {
+	Walk(doc, "", 0, func(p string, _, v *yaml.Node) bool {
 		if v.Line != line {
 			return true
 		}
@@ -198,10 +197,10 @@ func valueAt(doc *yaml.Node, line int, value string) string {
 	return deepest
 }
 
-// lineOf returns the line where the field at path is written, or 0.
-func lineOf(doc *yaml.Node, path string) int {
+// LineOf returns the line where the field at path is written, or 0.
+func LineOf(doc *yaml.Node, path string) int {
 	line := 0
-	walkYAML(doc, "", 0, func(p string, k, v *yaml.Node) bool {
+	Walk(doc, "", 0, func(p string, k, v *yaml.Node) bool {
 		if p != path {
 			return true
 		}
@@ -215,8 +214,8 @@ func lineOf(doc *yaml.Node, path string) int {
 	return line
 }
 
-// scalarField returns the text of the top-level scalar field key of doc.
-func scalarField(doc *yaml.Node, key string) string {
+// ScalarField returns the text of the top-level scalar field key of doc.
+func ScalarField(doc *yaml.Node, key string) string {
 	if doc == nil || doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return ""
 	}
@@ -232,8 +231,8 @@ func scalarField(doc *yaml.Node, key string) string {
 	return ""
 }
 
-// emptyDocument reports whether doc holds nothing (a bare "---").
-func emptyDocument(doc *yaml.Node) bool {
+// EmptyDocument reports whether doc holds nothing (a bare "---").
+func EmptyDocument(doc *yaml.Node) bool {
 	if doc.Kind != yaml.DocumentNode {
 		return doc.Kind == 0
 	}
@@ -244,7 +243,18 @@ func emptyDocument(doc *yaml.Node) bool {
 	return c.Kind == yaml.ScalarNode && c.ShortTag() == "!!null"
 }
 
-// mappingDocument reports whether doc is a document holding a mapping.
-func mappingDocument(doc *yaml.Node) bool {
+// MappingDocument reports whether doc is a document holding a mapping.
+func MappingDocument(doc *yaml.Node) bool {
 	return doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 && doc.Content[0].Kind == yaml.MappingNode
+}
+
+// SplitLine separates yaml.v3's "line N: " prefix from a message; line is
+// 0 when the message has none.
+func SplitLine(msg string) (line int, rest string) {
+	m := reIssueLine.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, msg
+	}
+	line, _ = strconv.Atoi(m[1])
+	return line, m[2]
 }
