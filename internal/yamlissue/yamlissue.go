@@ -15,7 +15,7 @@ import (
 // MaxDepth bounds how deep the node walkers below descend.
 const MaxDepth = 64
 
-// A Issue is one problem yaml.v3 reported while decoding a document.
+// An Issue is one problem yaml.v3 reported while decoding a document.
 type Issue struct {
 	Line    int
 	Field   string
