@@ -149,10 +149,16 @@ func (e *Executor) Sweep(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var errs []error
 	for _, id := range e.cg.Children(idPrefix) {
+		if hostfs.Owned(id) {
+			continue // a live sandbox of another process on this host
+		}
 		seen[id] = true
 		errs = append(errs, e.cg.Attach(id).Remove())
 	}
 	for _, id := range hostfs.Leftovers(e.o.StateDir, idPrefix) {
+		if hostfs.Owned(id) {
+			continue
+		}
 		seen[id] = true
 		errs = append(errs, hostfs.RemoveLeftover(e.o.StateDir, id))
 	}
@@ -179,8 +185,14 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 		return nil, err
 	}
 	id := hostfs.NewID(idPrefix)
+	lease, err := hostfs.Claim(id)
+	if err != nil {
+		e.uids.Put(uid)
+		return nil, err
+	}
 	dir, err := hostfs.Create(e.o.StateDir, id, uid, hostfs.GuestUID, s.WorkspaceMB)
 	if err != nil {
+		lease.Release()
 		e.uids.Put(uid)
 		return nil, err
 	}
@@ -188,10 +200,11 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 	cg, err := e.cg.New(id, cgroup.Limits{MemoryBytes: int64(s.MemoryMB) << 20, Pids: s.Pids + 4, CPUQuota: 100})
 	if err != nil {
 		_ = dir.Remove()
+		lease.Release()
 		e.uids.Put(uid)
 		return nil, err
 	}
-	return &box{e: e, id: id, spec: s, dir: dir, cg: cg, uid: uid, root: root}, nil
+	return &box{e: e, id: id, spec: s, dir: dir, cg: cg, uid: uid, lease: lease, root: root}, nil
 }
 
 // rootfs lists what of the image goes into the container's root.
@@ -214,7 +227,10 @@ type box struct {
 	dir  *hostfs.Dir
 	cg   *cgroup.Group
 	uid  int
-	root []image.Entry
+	// lease marks the id live host-wide, so no other process's sweep
+	// removes it.
+	lease *hostfs.Lease
+	root  []image.Entry
 
 	execMu sync.Mutex // one command at a time
 
@@ -504,7 +520,13 @@ func (b *box) Destroy(ctx context.Context) error {
 	b.execMu.Lock()
 	defer b.execMu.Unlock()
 	err := errors.Join(b.cg.Remove(), b.dir.Remove())
-	b.e.uids.Put(b.uid)
+	// The uid goes back to the pool only when nothing runs as it any more.
+	if left := hostfs.ProcessesOf(b.uid); len(left) == 0 {
+		b.e.uids.Put(b.uid)
+	} else {
+		b.e.o.Logger.Error("processes outlived their sandbox; uid kept out of the pool", "sandbox", b.id, "uid", b.uid, "pids", left)
+	}
+	b.lease.Release()
 	return err
 }
 

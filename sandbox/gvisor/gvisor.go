@@ -209,17 +209,23 @@ func (e *Executor) Sweep(ctx context.Context) ([]string, error) {
 	var errs []error
 	ents, _ := os.ReadDir(e.runscRoot())
 	for _, ent := range ents {
-		if strings.HasPrefix(ent.Name(), idPrefix) {
+		if strings.HasPrefix(ent.Name(), idPrefix) && !hostfs.Owned(ent.Name()) {
 			seen[ent.Name()] = true
 			_, _ = e.runsc(ctx, 10*time.Second, "kill", "--all", ent.Name(), "KILL")
 			_, _ = e.runsc(ctx, 10*time.Second, "delete", "--force", ent.Name())
 		}
 	}
 	for _, id := range e.cg.Children(idPrefix) {
+		if hostfs.Owned(id) {
+			continue // a live sandbox of another process on this host
+		}
 		seen[id] = true
 		errs = append(errs, e.cg.Attach(id).Remove())
 	}
 	for _, id := range hostfs.Leftovers(e.o.StateDir, idPrefix) {
+		if hostfs.Owned(id) {
+			continue
+		}
 		seen[id] = true
 		errs = append(errs, hostfs.RemoveLeftover(e.o.StateDir, id))
 	}
@@ -383,8 +389,14 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 		return nil, err
 	}
 	id := hostfs.NewID(idPrefix)
+	lease, err := hostfs.Claim(id)
+	if err != nil {
+		e.uids.Put(uid)
+		return nil, err
+	}
 	dir, err := hostfs.Create(e.o.StateDir, id, uid, uid, s.WorkspaceMB)
 	if err != nil {
+		lease.Release()
 		e.uids.Put(uid)
 		return nil, err
 	}
@@ -394,10 +406,11 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 	cg, err := e.cg.New(id, cgroup.Limits{MemoryBytes: int64(s.MemoryMB+e.o.OverheadMB) << 20, Pids: 1024, CPUQuota: 100})
 	if err != nil {
 		_ = dir.Remove()
+		lease.Release()
 		e.uids.Put(uid)
 		return nil, err
 	}
-	b := &box{e: e, id: id, spec: s, dir: dir, cg: cg, uid: uid}
+	b := &box{e: e, id: id, spec: s, dir: dir, cg: cg, uid: uid, lease: lease}
 	if err := b.boot(ctx, root, ents); err != nil {
 		_ = b.Destroy(context.Background())
 		return nil, err
@@ -412,6 +425,9 @@ type box struct {
 	dir  *hostfs.Dir
 	cg   *cgroup.Group
 	uid  int
+	// lease marks the id live host-wide, so no other process's sweep
+	// removes it.
+	lease *hostfs.Lease
 
 	execMu sync.Mutex
 
@@ -686,7 +702,13 @@ func (b *box) Destroy(ctx context.Context) error {
 	}
 	errs = append(errs, b.cg.Remove(), b.dir.Remove())
 	_ = os.RemoveAll(filepath.Join(b.e.runscRoot(), b.id))
-	b.e.uids.Put(b.uid)
+	// The uid goes back to the pool only when nothing runs as it any more.
+	if left := hostfs.ProcessesOf(b.uid); len(left) == 0 {
+		b.e.uids.Put(b.uid)
+	} else {
+		b.e.o.Logger.Error("processes outlived their sandbox; uid kept out of the pool", "sandbox", b.id, "uid", b.uid, "pids", left)
+	}
+	b.lease.Release()
 	return errors.Join(errs...)
 }
 

@@ -36,36 +36,117 @@ func NewID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
+// LockDir holds the host-wide lock files that keep concurrent agentplane
+// processes on one host apart: one per sandbox uid in use and one per live
+// sandbox id. The kernel drops a process's locks when it dies, so a crash
+// frees them without cleanup.
+var LockDir = "/run/agentplane/locks"
+
+// tryLock opens LockDir/name and takes an exclusive flock on it without
+// waiting. It returns nil and no error when another open file holds it.
+func tryLock(name string) (*os.File, error) {
+	if err := os.MkdirAll(LockDir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(LockDir, name), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// Lease marks a sandbox id as live on this host for as long as it is held.
+type Lease struct {
+	f *os.File
+}
+
+// Claim takes the lease on a new sandbox id.
+func Claim(id string) (*Lease, error) {
+	f, err := tryLock("sandbox-" + id)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox lease: %w", err)
+	}
+	if f == nil {
+		return nil, fmt.Errorf("sandbox lease: %s is held by another process", id)
+	}
+	return &Lease{f: f}, nil
+}
+
+// Release frees the lease and removes its file.
+func (l *Lease) Release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	_ = os.Remove(l.f.Name())
+	_ = l.f.Close()
+	l.f = nil
+}
+
+// Owned reports whether a live process (this one included) holds the lease
+// on id. A sweep leaves owned sandboxes alone: they belong to another
+// process on the same host.
+func Owned(id string) bool {
+	f, err := tryLock("sandbox-" + id)
+	if err != nil {
+		return true // cannot tell: do not touch it
+	}
+	if f == nil {
+		return true
+	}
+	_ = os.Remove(f.Name())
+	_ = f.Close()
+	return false
+}
+
 // UIDs hands out host uids from a range, one per live sandbox, so that two
-// sandboxes never share a host identity.
+// sandboxes never share a host identity, also across processes: each uid
+// in use is locked host-wide in LockDir.
 type UIDs struct {
 	mu   sync.Mutex
 	base int
 	n    int
-	used map[int]bool
+	used map[int]*os.File
 }
 
 // NewUIDs serves uids base..base+n-1.
-func NewUIDs(base, n int) *UIDs { return &UIDs{base: base, n: n, used: map[int]bool{}} }
+func NewUIDs(base, n int) *UIDs { return &UIDs{base: base, n: n, used: map[int]*os.File{}} }
 
-// Get returns a free uid.
+// Get returns a uid no other sandbox on the host holds.
 func (u *UIDs) Get() (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	for i := 0; i < u.n; i++ {
 		id := u.base + i
-		if !u.used[id] {
-			u.used[id] = true
+		if u.used[id] != nil {
+			continue
+		}
+		f, err := tryLock(fmt.Sprintf("uid-%d", id))
+		if err != nil {
+			return 0, fmt.Errorf("sandbox uid lock: %w", err)
+		}
+		if f != nil {
+			u.used[id] = f
 			return id, nil
 		}
 	}
 	return 0, errors.New("sandbox: no free uid in the range")
 }
 
-// Put returns a uid.
+// Put returns a uid. Its lock file stays (removing it would race with a
+// process opening it); the lock is released.
 func (u *UIDs) Put(id int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if f := u.used[id]; f != nil {
+		_ = f.Close()
+	}
 	delete(u.used, id)
 }
 
