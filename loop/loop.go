@@ -96,9 +96,17 @@ type Options struct {
 	// It must not block. Deltas are a view for watchers: the model_call
 	// event stays the record.
 	OnDelta func(runID string, step int, d model.Delta)
+	// Sandboxes, when set, destroys a run's tier-2/3 sandboxes when the run
+	// ends; the records become the run's sandbox_teardown event.
+	Sandboxes SandboxEnder
 	// RepeatNote and RepeatStop are the loop-detection thresholds (3 and 5).
 	RepeatNote, RepeatStop int
 	Logger                 *slog.Logger
+}
+
+// SandboxEnder ends a run's sandbox session.
+type SandboxEnder interface {
+	EndRun(ctx context.Context, tenant, runID string) []trace.SandboxTeardown
 }
 
 // Loop runs agents. Safe for concurrent use by many runs.
@@ -159,6 +167,9 @@ type state struct {
 	// does not count.
 	waitedMS int64
 	repeats  map[string]int
+	// sandboxed is set once a tool result came from a sandbox: the run
+	// then records its sandboxes' teardown before it ends.
+	sandboxed bool
 }
 
 // Workflow is the engine.Workflow of the agent loop.
@@ -623,6 +634,9 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		return "", fmt.Errorf("tool_result payload: %w", err)
 	}
 	st.calls[call.Name]++
+	if res.Sandbox != nil {
+		st.sandboxed = true
+	}
 	if final.Allowed && m != nil {
 		st.allowed = append(st.allowed, broker.PriorCall{Tool: call.Name, At: aev.At, Args: execArgs})
 	}
@@ -843,6 +857,22 @@ func (l *Loop) end(ctx context.Context, st *state, step int, status, result, rea
 	}
 	if status == store.StatusCompletedPartial {
 		typ = trace.EvRunCompleted
+	}
+	// The run's sandboxes go before it ends, and the log says how. Whether
+	// this event exists depends only on the log (a sandboxed result), so a
+	// replay without sandboxes reads the same sequence.
+	if st.sandboxed {
+		if _, err := st.env.Do(ctx, trace.EvSandboxEnd, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+			td := trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{}}
+			if l.o.Sandboxes != nil {
+				if got := l.o.Sandboxes.EndRun(ctx, st.run.Tenant, st.run.ID); got != nil {
+					td.Sandboxes = got
+				}
+			}
+			return json.Marshal(td)
+		}); err != nil {
+			return engine.Outcome{}, err
+		}
 	}
 	ev, err := st.env.Do(ctx, typ, step, engine.Durable, func(context.Context) ([]byte, error) {
 		return json.Marshal(trace.RunEnded{Status: status, Result: result, Reason: reason})

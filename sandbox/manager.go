@@ -140,9 +140,13 @@ type Manager struct {
 	pools    map[poolKey][]pooled
 	filling  map[poolKey]int
 	sessions map[sessionKey]*session
-	stopped  bool
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// reaped holds the reaper's records of sandboxes of runs that have not
+	// ended yet, for their EndRun; reapedOrder bounds it.
+	reaped      map[runKey][]Teardown
+	reapedOrder []runKey
+	stopped     bool
+	stop        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // NewManager returns a manager; call Start.
@@ -170,7 +174,7 @@ func NewManager(o ManagerOptions) *Manager {
 	}
 	host, _ := os.Hostname()
 	return &Manager{o: o, host: host, execs: map[int]Executor{}, pools: map[poolKey][]pooled{},
-		filling: map[poolKey]int{}, sessions: map[sessionKey]*session{}, stop: make(chan struct{})}
+		filling: map[poolKey]int{}, sessions: map[sessionKey]*session{}, reaped: map[runKey][]Teardown{}, stop: make(chan struct{})}
 }
 
 // Start sweeps what a crashed process left (recorded as teardown by
@@ -465,8 +469,10 @@ func (m *Manager) WaitWarm(ctx context.Context, tier int, spec Spec, n int) erro
 	}
 }
 
-// EndRun destroys the run's sandboxes (teardown by caller).
-func (m *Manager) EndRun(ctx context.Context, tenant, runID string) {
+// EndRun destroys the run's sandboxes (teardown by caller) and returns
+// their records, with those of the run's sandboxes the reaper destroyed
+// earlier (while the run waited, say).
+func (m *Manager) EndRun(ctx context.Context, tenant, runID string) []Teardown {
 	m.mu.Lock()
 	var ended []*session
 	for k, s := range m.sessions {
@@ -475,11 +481,39 @@ func (m *Manager) EndRun(ctx context.Context, tenant, runID string) {
 			delete(m.sessions, k)
 		}
 	}
+	rk := runKey{tenant, runID}
+	out := m.reaped[rk]
+	delete(m.reaped, rk)
 	m.mu.Unlock()
 	for _, s := range ended {
-		m.endSession(s, TeardownCaller, "run ended")
+		out = append(out, m.endSession(s, TeardownCaller, "run ended"))
 	}
+	return out
 }
+
+// rememberReaped keeps the reaper's record of a run's sandbox for the run's
+// EndRun, bounded so that runs that never end cannot grow it.
+func (m *Manager) rememberReaped(td Teardown) {
+	if td.RunID == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rk := runKey{td.Tenant, td.RunID}
+	if _, ok := m.reaped[rk]; !ok {
+		if len(m.reapedOrder) >= maxReapedRuns {
+			delete(m.reaped, m.reapedOrder[0])
+			m.reapedOrder = m.reapedOrder[1:]
+		}
+		m.reapedOrder = append(m.reapedOrder, rk)
+	}
+	m.reaped[rk] = append(m.reaped[rk], td)
+}
+
+// maxReapedRuns bounds the reaper records kept for runs that have not ended.
+const maxReapedRuns = 4096
+
+type runKey struct{ tenant, run string }
 
 // Sessions lists the live sessions' sandbox ids, sorted (tests).
 func (m *Manager) Sessions() []string {
@@ -493,17 +527,17 @@ func (m *Manager) Sessions() []string {
 	return out
 }
 
-func (m *Manager) endSession(s *session, by, reason string) {
+func (m *Manager) endSession(s *session, by, reason string) Teardown {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m.endSessionLocked(s, by, reason)
+	return m.endSessionLocked(s, by, reason)
 }
 
-func (m *Manager) endSessionLocked(s *session, by, reason string) {
+func (m *Manager) endSessionLocked(s *session, by, reason string) Teardown {
 	m.mu.Lock()
 	if s.gone {
 		m.mu.Unlock()
-		return
+		return Teardown{ID: s.sb.ID(), Executor: s.exec, Tenant: s.key.tenant, RunID: s.key.run, By: by, Reason: "already destroyed"}
 	}
 	s.gone = true
 	uses := s.uses
@@ -511,10 +545,10 @@ func (m *Manager) endSessionLocked(s *session, by, reason string) {
 	if s.proxy != nil {
 		_ = s.proxy.Close()
 	}
-	m.destroy(s.sb, s.key.tier, s.key.tenant, s.key.run, uses, by, reason)
+	return m.destroy(s.sb, s.key.tier, s.key.tenant, s.key.run, uses, by, reason)
 }
 
-func (m *Manager) destroy(sb Sandbox, tier int, tenant, run string, uses int, by, reason string) {
+func (m *Manager) destroy(sb Sandbox, tier int, tenant, run string, uses int, by, reason string) Teardown {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err := sb.Destroy(ctx)
@@ -525,16 +559,17 @@ func (m *Manager) destroy(sb Sandbox, tier int, tenant, run string, uses int, by
 	if err != nil {
 		td.Err = err.Error()
 	}
-	m.teardown(td)
+	return m.teardown(td)
 }
 
-func (m *Manager) teardown(td Teardown) {
+func (m *Manager) teardown(td Teardown) Teardown {
 	td.At = m.o.Clock()
 	m.o.Logger.Info("sandbox teardown", "sandbox", td.ID, "executor", td.Executor, "tenant", td.Tenant, "run", td.RunID,
 		"teardown_by", td.By, "reason", td.Reason, "uses", td.Uses, "err", td.Err)
 	if m.o.OnTeardown != nil {
 		m.o.OnTeardown(td)
 	}
+	return td
 }
 
 // Reap destroys sessions idle past IdleTTL or older than MaxTTL, and warm
@@ -580,7 +615,7 @@ func (m *Manager) Reap() {
 		if s.proxy != nil {
 			_ = s.proxy.Close()
 		}
-		m.destroy(s.sb, s.key.tier, s.key.tenant, s.key.run, uses, TeardownReaper, "past its TTL")
+		m.rememberReaped(m.destroy(s.sb, s.key.tier, s.key.tenant, s.key.run, uses, TeardownReaper, "past its TTL"))
 	}
 	for i, p := range stale {
 		m.destroy(p.sb, staleTier[i], "", "", 0, TeardownReaper, "warm sandbox past its TTL")

@@ -35,6 +35,7 @@ const (
 	EvApprovalDec  = "approval_decided"
 	EvDiverged     = "replay_diverged"
 	EvCompaction   = "compaction"
+	EvSandboxEnd   = "sandbox_teardown"
 	EvRunCompleted = "run_completed"
 	EvRunFailed    = "run_failed"
 )
@@ -338,6 +339,23 @@ type SandboxInfo struct {
 	// still only a claim.
 	Sidecar      json.RawMessage `json:"sidecar,omitempty"`
 	SidecarError string          `json:"sidecar_error,omitempty"`
+}
+
+// SandboxTeardowns records how a run's sandboxes ended: written once, before
+// the terminal event, by a run that used any. Sandboxes the reaper destroyed
+// while the run waited are listed too (by reaper).
+type SandboxTeardowns struct {
+	Sandboxes []SandboxTeardown `json:"sandboxes"`
+}
+
+// SandboxTeardown is one destroyed sandbox.
+type SandboxTeardown struct {
+	ID       string `json:"id"`
+	Executor string `json:"executor"`
+	By       string `json:"by"` // caller | reaper | nobody
+	Reason   string `json:"reason"`
+	Uses     int    `json:"uses"`
+	Err      string `json:"error,omitempty"`
 }
 
 // EgressAttempt is one connection the egress proxy allowed or refused.

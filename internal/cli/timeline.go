@@ -117,6 +117,14 @@ func (t *timeline) event(ev *store.Event) {
 			extra = "  (truncated: model sees a handle + preview)"
 		}
 		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, clean(out, 100), extra)
+		if b := p.Sandbox; b != nil {
+			fmt.Fprintf(w, "    sandbox %s tier %d (%s) %s: provision %dms, exec %dms, wall %dms, %s exit %d, out %dB",
+				b.Executor, b.Tier, clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.ExecMS, b.WallMS, b.Outcome, b.ExitCode, b.StdoutBytes)
+			if b.Downgraded {
+				fmt.Fprintf(w, ", DOWNGRADED from tier %d", b.RequestedTier)
+			}
+			fmt.Fprintln(w)
+		}
 	case trace.EvLoopNote:
 		var p trace.LoopNote
 		_ = json.Unmarshal(ev.Payload, &p)
@@ -148,6 +156,16 @@ func (t *timeline) event(ev *store.Event) {
 		var p trace.Diverged
 		_ = json.Unmarshal(ev.Payload, &p)
 		fmt.Fprintf(w, "  diverged from the original at step %d: %s\n", p.Step, clean(p.Reason, 160))
+	case trace.EvSandboxEnd:
+		var p trace.SandboxTeardowns
+		_ = json.Unmarshal(ev.Payload, &p)
+		for _, t := range p.Sandboxes {
+			fmt.Fprintf(w, "  sandbox %s (%s) destroyed by %s after %d use(s): %s", clean(t.ID, 40), t.Executor, t.By, t.Uses, clean(t.Reason, 80))
+			if t.Err != "" {
+				fmt.Fprintf(w, " [error: %s]", clean(t.Err, 160))
+			}
+			fmt.Fprintln(w)
+		}
 	case trace.EvBudget:
 		var p trace.Budget
 		_ = json.Unmarshal(ev.Payload, &p)

@@ -159,7 +159,11 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		es = o.WrapStore(st)
 	}
 	p.Deltas = NewDeltaBus()
-	p.Loop, err = loop.New(loop.Options{Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
+	var ender loop.SandboxEnder
+	if p.Sandboxes != nil {
+		ender = runEnder{p.Sandboxes.Manager}
+	}
+	p.Loop, err = loop.New(loop.Options{Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
 		OnDelta: p.Deltas.publish,
 		Source:  st, ReplaySpec: p.replaySpec, Logger: o.Logger})
 	if err != nil {

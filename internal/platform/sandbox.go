@@ -10,6 +10,7 @@ import (
 	"github.com/agentplane/agentplane/sandbox/container"
 	"github.com/agentplane/agentplane/sandbox/gvisor"
 	"github.com/agentplane/agentplane/sandbox/toolrun"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // SandboxOptions turn on the out-of-process tiers. Without a guest wrapper
@@ -63,6 +64,17 @@ func startSandboxes(ctx context.Context, o SandboxOptions, log *slog.Logger) (*s
 type sandboxes struct {
 	*sandbox.Manager
 	gvisor *gvisor.Executor
+}
+
+// runEnder hands the loop the run's sandbox teardowns.
+type runEnder struct{ m *sandbox.Manager }
+
+func (r runEnder) EndRun(ctx context.Context, tenant, runID string) []trace.SandboxTeardown {
+	var out []trace.SandboxTeardown
+	for _, td := range r.m.EndRun(ctx, tenant, runID) {
+		out = append(out, trace.SandboxTeardown{ID: td.ID, Executor: td.Executor, By: td.By, Reason: td.Reason, Uses: td.Uses, Err: td.Err})
+	}
+	return out
 }
 
 // Stop destroys every sandbox, then releases the executors' host state.

@@ -138,6 +138,30 @@ func TestRunPythonInGVisorThroughThePlatform(t *testing.T) {
 	if !strings.Contains(string(b), "gvisor") {
 		t.Fatalf("boundary does not name the gVisor executor: %s", b)
 	}
+	// The run ended, so its sandbox is gone, and the log says who ended it.
+	if left := p.Sandboxes.Sessions(); len(left) > 0 {
+		t.Fatalf("sandboxes still live after the run ended: %v", left)
+	}
+	evs, _ := p.Store.Events(context.Background(), id, 0, 0)
+	var td *trace.SandboxTeardowns
+	for i, ev := range evs {
+		if ev.Type == trace.EvSandboxEnd {
+			td = new(trace.SandboxTeardowns)
+			if err := json.Unmarshal(ev.Payload, td); err != nil {
+				t.Fatal(err)
+			}
+			if evs[i+1].Type != trace.EvRunCompleted {
+				t.Fatalf("sandbox_teardown is followed by %s, want the terminal event", evs[i+1].Type)
+			}
+		}
+	}
+	if td == nil || len(td.Sandboxes) != 1 || td.Sandboxes[0].ID != r.Sandbox.ID || td.Sandboxes[0].By != "caller" || td.Sandboxes[0].Err != "" {
+		t.Fatalf("teardown record %+v, want sandbox %s destroyed by caller", td, r.Sandbox.ID)
+	}
+	// Re-running the code over the log needs no sandbox.
+	if _, _, err := p.Engine.Verify(context.Background(), id); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -292,6 +292,15 @@ func TestPoolAndReaper(t *testing.T) {
 	if len(m.Sessions()) != 0 || td.by(sandbox.TeardownReaper) != 1 {
 		t.Fatalf("after reap: sessions %v, reaper teardowns %d", m.Sessions(), td.by(sandbox.TeardownReaper))
 	}
+	// When the run ends, its record includes what the reaper did meanwhile,
+	// once.
+	got := m.EndRun(ctx, "acme", "r1")
+	if len(got) != 1 || got[0].By != sandbox.TeardownReaper || got[0].ID != c.Boundary.ID {
+		t.Fatalf("EndRun records %+v, want the reaper's teardown of %s", got, c.Boundary.ID)
+	}
+	if again := m.EndRun(ctx, "acme", "r1"); len(again) != 0 {
+		t.Fatalf("EndRun reported %+v a second time", again)
+	}
 }
 
 // TestExampleManifest: the card-dispute example's run_python manifest loads

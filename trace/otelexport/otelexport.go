@@ -198,6 +198,7 @@ func Export(ctx context.Context, tp oteltrace.TracerProvider, evs []store.Event)
 			if r.Replayed != "" {
 				attrs = append(attrs, attribute.String("agentplane.replayed", r.Replayed))
 			}
+			attrs = append(attrs, sandboxAttrs(r.Sandbox)...)
 			_, sp := tr.Start(context.WithValue(rootCtx, idKey{}, spanIDs{tid, spanID(runID, ev.Seq)}), "execute_tool "+r.Tool,
 				oteltrace.WithTimestamp(start), oteltrace.WithSpanKind(oteltrace.SpanKindInternal), oteltrace.WithAttributes(attrs...))
 			if r.Status != trace.StatusOK {
@@ -211,6 +212,19 @@ func Export(ctx context.Context, tp oteltrace.TracerProvider, evs []store.Event)
 				return n, err
 			}
 			status, reason = e.Status, e.Reason
+		case trace.EvSandboxEnd:
+			var td trace.SandboxTeardowns
+			if err := json.Unmarshal(ev.Payload, &td); err != nil {
+				return n, err
+			}
+			for _, t := range td.Sandboxes {
+				root.AddEvent("agentplane.sandbox.teardown", oteltrace.WithTimestamp(ev.At), oteltrace.WithAttributes(
+					attribute.String("agentplane.sandbox.id", t.ID),
+					attribute.String("agentplane.sandbox.executor", t.Executor),
+					attribute.String("agentplane.sandbox.teardown", t.By),
+					attribute.Int("agentplane.sandbox.uses", t.Uses),
+					attribute.Bool("agentplane.sandbox.teardown.failed", t.Err != "")))
+			}
 		case trace.EvTaint:
 			root.AddEvent("agentplane.taint", oteltrace.WithTimestamp(ev.At))
 		case trace.EvBudget:
@@ -228,4 +242,42 @@ func Export(ctx context.Context, tp oteltrace.TracerProvider, evs []store.Event)
 	}
 	root.End(oteltrace.WithTimestamp(end))
 	return n, nil
+}
+
+// sandboxAttrs are the host's measurements at the sandbox boundary of one
+// call. The sidecar (the sandbox's own claims) stays in the log: nothing that
+// comes out of a sandbox is trusted as telemetry.
+func sandboxAttrs(b *trace.SandboxInfo) []attribute.KeyValue {
+	if b == nil {
+		return nil
+	}
+	denied := 0
+	for _, e := range b.Egress {
+		if !e.Allowed {
+			denied++
+		}
+	}
+	return []attribute.KeyValue{
+		attribute.String("agentplane.sandbox.id", b.ID),
+		attribute.String("agentplane.sandbox.host", b.Host),
+		attribute.String("agentplane.sandbox.executor", b.Executor),
+		attribute.Int("agentplane.sandbox.tier", b.Tier),
+		attribute.Bool("agentplane.sandbox.downgraded", b.Downgraded),
+		attribute.String("agentplane.sandbox.lifecycle", b.Lifecycle),
+		attribute.Int64("agentplane.sandbox.provision_ms", b.ProvisionMS),
+		attribute.Int64("agentplane.sandbox.exec_ms", b.ExecMS),
+		attribute.Int64("agentplane.sandbox.wall_ms", b.WallMS),
+		attribute.String("agentplane.sandbox.outcome", b.Outcome),
+		attribute.Int("agentplane.sandbox.exit_code", b.ExitCode),
+		attribute.String("agentplane.sandbox.signal", b.Signal),
+		attribute.Int64("agentplane.sandbox.bytes_in", b.BytesIn),
+		attribute.Int64("agentplane.sandbox.stdout_bytes", b.StdoutBytes),
+		attribute.Int64("agentplane.sandbox.stderr_bytes", b.StderrBytes),
+		attribute.Bool("agentplane.sandbox.stdout_truncated", b.StdoutTruncated),
+		attribute.Bool("agentplane.sandbox.stderr_truncated", b.StderrTruncated),
+		attribute.Int64("agentplane.sandbox.peak_memory_bytes", b.PeakMemoryBytes),
+		attribute.String("agentplane.sandbox.teardown", b.Teardown),
+		attribute.Int("agentplane.sandbox.egress.attempts", len(b.Egress)),
+		attribute.Int("agentplane.sandbox.egress.denied", denied),
+	}
 }

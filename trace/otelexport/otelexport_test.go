@@ -2,6 +2,7 @@ package otelexport_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
+	"github.com/agentplane/agentplane/trace"
 	"github.com/agentplane/agentplane/trace/otelexport"
 )
 
@@ -164,5 +166,66 @@ func TestOTLPHTTPExport(t *testing.T) {
 	}
 	if leaked.Load() {
 		t.Fatal("a payload reached the collector")
+	}
+}
+
+// A sandboxed call's span carries the host's boundary record, never the
+// sandbox's own sidecar claims, and the run span gets the teardown.
+func TestSandboxBoundaryOnToolSpan(t *testing.T) {
+	_, evs := recordedRun(t)
+	var out []store.Event
+	for _, ev := range evs {
+		switch ev.Type {
+		case trace.EvToolResult:
+			var r trace.ToolResult
+			if err := json.Unmarshal(ev.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			r.Sandbox = &trace.SandboxInfo{ID: "apg-1", Host: "h1", Executor: "gvisor", Tier: 3, Lifecycle: "warm",
+				ProvisionMS: 3, ExecMS: 40, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
+				StdoutBytes: 100 << 20, StdoutTruncated: true,
+				Egress:  []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
+				Sidecar: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}
+			ev.Payload, _ = json.Marshal(r)
+		case trace.EvRunCompleted:
+			td, _ := json.Marshal(trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{{ID: "apg-1", Executor: "gvisor", By: "caller", Uses: 1}}})
+			out = append(out, store.Event{RunID: ev.RunID, Seq: ev.Seq, Type: trace.EvSandboxEnd, Step: ev.Step, At: ev.At, Payload: td})
+			ev.Seq++
+		}
+		out = append(out, ev)
+	}
+	exp := tracetest.NewInMemoryExporter()
+	if _, err := otelexport.Export(context.Background(), otelexport.NewTracerProvider(exp), out); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"agentplane.sandbox.id": "apg-1", "agentplane.sandbox.executor": "gvisor", "agentplane.sandbox.outcome": "timeout",
+		"agentplane.sandbox.exit_code": "137", "agentplane.sandbox.provision_ms": "3", "agentplane.sandbox.wall_ms": "55",
+		"agentplane.sandbox.stdout_truncated": "true", "agentplane.sandbox.egress.denied": "1", "agentplane.sandbox.lifecycle": "warm",
+	}
+	var teardown bool
+	for _, s := range exp.GetSpans() {
+		for _, a := range s.Attributes {
+			if strings.Contains(a.Value.Emit(), secret) {
+				t.Errorf("span %s attribute %s carries sandbox or payload content", s.Name, a.Key)
+			}
+			if v, ok := want[string(a.Key)]; ok && s.Name == "execute_tool echo" {
+				if a.Value.Emit() != v {
+					t.Errorf("%s = %s, want %s", a.Key, a.Value.Emit(), v)
+				}
+				delete(want, string(a.Key))
+			}
+		}
+		for _, e := range s.Events {
+			if e.Name == "agentplane.sandbox.teardown" {
+				teardown = true
+			}
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("tool span lacks %v", want)
+	}
+	if !teardown {
+		t.Error("run span has no sandbox teardown event")
 	}
 }
