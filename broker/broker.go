@@ -69,15 +69,16 @@ type Options struct {
 	// of each call's own credential (the platform's own keys, say).
 	Redact []string
 	// MaxOutputBytes bounds what a tool may return into the log and the
-	// blob store (default 1 MiB); more is cut and flagged. What the model
-	// reads inline is bounded further by the loop.
+	// blob store (default 8 MiB: a year of one card's transactions fits);
+	// more is cut and flagged. What the model reads inline is bounded
+	// further by the loop.
 	MaxOutputBytes int
 	Logger         *slog.Logger
 	Clock          func() time.Time
 }
 
 // DefaultMaxOutputBytes is the default of Options.MaxOutputBytes.
-const DefaultMaxOutputBytes = 1 << 20
+const DefaultMaxOutputBytes = 8 << 20
 
 // Broker authorises and executes tool calls. Safe for concurrent use.
 type Broker struct {

@@ -170,6 +170,31 @@ type state struct {
 	// sandboxed is set once a tool result came from a sandbox: the run
 	// then records its sandboxes' teardown before it ends.
 	sandboxed bool
+	// handles are the blob handles shown to the model (truncated results):
+	// the only blobs a tool may be given by handle.
+	handles map[string]bool
+}
+
+// ReadHandle gives a tool the content behind a handle this run showed the
+// model, at most limit bytes.
+func (st *state) ReadHandle(ctx context.Context, handle string, limit int64) ([]byte, error) {
+	sum, ok := strings.CutPrefix(handle, "blob:")
+	if !ok || !st.handles[sum] {
+		return nil, fmt.Errorf("%q is not a handle this run has seen", trace.Preview([]byte(handle), 80))
+	}
+	c := trace.Content{Blob: sum}
+	h, err := c.Sum()
+	if err != nil {
+		return nil, err
+	}
+	size, err := st.env.Blobs().BlobSize(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if size > limit {
+		return nil, fmt.Errorf("handle %s holds %d bytes, over the %d-byte limit", handle, size, limit)
+	}
+	return st.env.Blobs().GetBlob(ctx, h)
 }
 
 // Workflow is the engine.Workflow of the agent loop.
@@ -297,7 +322,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, calls: map[string]int{}, startAt: ev.At.UnixMicro()}
+	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, calls: map[string]int{}, handles: map[string]bool{}, startAt: ev.At.UnixMicro()}
 	if err := json.Unmarshal(ev.Payload, &st.started); err != nil {
 		return nil, fmt.Errorf("run_started payload: %w", err)
 	}
@@ -588,7 +613,8 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 			out, _ = json.Marshal(map[string]string{"error": final.Reason, "control": final.Control})
 		} else {
 			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: execArgs, IdempotencyKey: key,
-				RunID: run.ID, Tenant: run.Tenant, User: run.User, Agent: fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion)})
+				RunID: run.ID, Tenant: run.Tenant, User: run.User, Agent: fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion),
+				Handles: st})
 			if err != nil {
 				return nil, err
 			}
@@ -636,6 +662,9 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	st.calls[call.Name]++
 	if res.Sandbox != nil {
 		st.sandboxed = true
+	}
+	if res.Truncated && res.Output.IsBlob() {
+		st.handles[res.Output.Blob] = true
 	}
 	if final.Allowed && m != nil {
 		st.allowed = append(st.allowed, broker.PriorCall{Tool: call.Name, At: aev.At, Args: execArgs})

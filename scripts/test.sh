@@ -21,28 +21,9 @@ install_go_tool() { # name module@version
 }
 install_go_tool staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-# Sandboxes (package sandbox): bubblewrap and setpriv for tier 2, python3 for
-# the hostile programs, runc only for the runtime comparison benchmark, and a
-# static runsc (gVisor) for tier 3, built once into the tools cache. A cgo
-# build of runsc fails inside its own sandbox, hence CGO_ENABLED=0.
-missing=()
-command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-command -v setpriv >/dev/null 2>&1 || missing+=(util-linux)
-command -v runc >/dev/null 2>&1 || missing+=(runc)
-[ -x /usr/bin/python3 ] || missing+=(python3)
-if [ "${#missing[@]}" -gt 0 ]; then
-  step "installing ${missing[*]} (apt-get)"
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
-fi
-RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
-if [ ! -x "$TOOLS/bin/runsc" ] || [ "$(cat "$TOOLS/bin/runsc.version" 2>/dev/null)" != "$RUNSC_VERSION" ]; then
-  step "building runsc $RUNSC_VERSION (static) into $TOOLS/bin (a few minutes, once)"
-  CGO_ENABLED=0 GOBIN="$TOOLS/bin" go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
-  echo "$RUNSC_VERSION" > "$TOOLS/bin/runsc.version"
-fi
-export AGENTPLANE_RUNSC="$TOOLS/bin/runsc"
+# Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
+# sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
+. scripts/sandboxes.sh
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

@@ -35,6 +35,15 @@ type Call struct {
 	// Credential, when the broker attached one, is scoped to this call.
 	// It never enters the model's context or the log.
 	Credential string
+	// Handles reads the content behind blob handles ("blob:<sha256>") that
+	// this run has shown the model (nil outside a run). A handle the run
+	// never produced is refused, whatever blob the store holds.
+	Handles HandleReader
+}
+
+// HandleReader reads a run's own blob handles.
+type HandleReader interface {
+	ReadHandle(ctx context.Context, handle string, limit int64) ([]byte, error)
 }
 
 // Result is what a tool returned. A failed tool is a Result with IsError set,

@@ -78,6 +78,7 @@ func (c *command) demo(args []string) error {
 	fs.Lookup("data").DefValue = ""
 	cm.data = ""
 	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them; run nothing")
+	analysis := fs.String("analysis", "auto", "the Python analysis step in a gVisor sandbox: auto (when runsc and the guest are found), on or off")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -110,11 +111,19 @@ func (c *command) demo(args []string) error {
 			cm.data, cm.data, cm.models, DemoUser, DemoTenant, DemoTask)
 		return nil
 	}
-	p, err := c.open(&cm, nil)
+	// The dispute needs no sandbox: open without one, whatever was found.
+	dm := cm
+	dm.guest, dm.runsc = "", ""
+	p, err := c.open(&dm, nil)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			p.Close()
+		}
+	}()
 	fmt.Fprintf(c.out, "agentplane demo: card dispute at a bank (data directory %s)\n\n", cm.data)
 	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: "card-dispute-assistant@prod", Task: DemoTask, Tenant: DemoTenant, User: DemoUser, Mode: "stream"})
 	if err != nil {
@@ -155,7 +164,11 @@ func (c *command) demo(args []string) error {
 	if final.Status != store.StatusCompleted {
 		return exitCode{1, fmt.Sprintf("demo run ended %s", final.Status)}
 	}
-	return nil
+	closed = true
+	if err := p.Close(); err != nil {
+		return err
+	}
+	return c.demoAnalysis(cm, *analysis)
 }
 
 func printBank(c *command, b *bank.Bank) error {

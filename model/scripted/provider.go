@@ -1,9 +1,11 @@
 package scripted
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -60,6 +62,10 @@ func New(s *Script, opts Options) *Provider {
 //     Past the last turn, the last turn is played again if Options.Repeat is
 //     set, and otherwise the call fails with a non-retryable *model.Error.
 //
+// A tool-call argument whose value is the string "$last_handle" becomes the
+// newest blob handle ("blob:<sha256>") the request's tool results show, the
+// way a real model passes a large result on to another tool.
+//
 // Tool-use ids are toolu_<turn, two digits>_<index>. Usage is the turn's when
 // the script gives it, else estimated with model.EstimateTokens for input and
 // model.EstimateContentTokens for output. Everything is deterministic.
@@ -107,6 +113,9 @@ func (p *Provider) Complete(ctx context.Context, req *model.Request) (*model.Res
 		}
 	}
 	resp := st.response(turn, req)
+	if err := fillHandles(resp, req); err != nil {
+		return nil, p.fail("turn %d: %w", turn+1, err)
+	}
 	resp.Model = responseModel(req)
 	return resp, p.check(resp, fmt.Sprintf("turn %d", turn+1))
 }
@@ -202,6 +211,44 @@ func lastToolResults(req *model.Request) (text string, ok bool) {
 		return b.String(), true
 	}
 	return "", false
+}
+
+// LastHandle is the argument value a script writes for the newest handle.
+const LastHandle = "$last_handle"
+
+var handleRE = regexp.MustCompile(`blob:[0-9a-f]{64}`)
+
+// fillHandles replaces LastHandle in the response's tool-call arguments.
+func fillHandles(resp *model.Response, req *model.Request) error {
+	quoted := []byte(`"` + LastHandle + `"`)
+	for i := range resp.Content {
+		in := resp.Content[i].Input
+		if resp.Content[i].Type != model.PartToolUse || !bytes.Contains(in, quoted) {
+			continue
+		}
+		h := lastHandle(req)
+		if h == "" {
+			return fmt.Errorf("%s is used, but no tool result in the request shows a handle", LastHandle)
+		}
+		resp.Content[i].Input = bytes.ReplaceAll(in, quoted, []byte(`"`+h+`"`))
+	}
+	return nil
+}
+
+// lastHandle finds the newest blob handle in req's tool results.
+func lastHandle(req *model.Request) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		c := req.Messages[i].Content
+		for j := len(c) - 1; j >= 0; j-- {
+			if c[j].Type != model.PartToolResult {
+				continue
+			}
+			if all := handleRE.FindAllString(c[j].Text, -1); len(all) > 0 {
+				return all[len(all)-1]
+			}
+		}
+	}
+	return ""
 }
 
 func clipText(s string) string {

@@ -437,3 +437,34 @@ func TestParseIsDeterministic(t *testing.T) {
 		t.Errorf("two parses differ: %v %v", errA, errB)
 	}
 }
+
+func TestLastHandle(t *testing.T) {
+	s, err := Parse("h.yaml", []byte(`
+turns:
+  - tool_calls: [{name: get_ticket, args: {}}]
+  - tool_calls: [{name: list_transactions, args: {inputs: {t.json: $last_handle}, keep: "$last_handle is literal inside text"}}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(s, Options{})
+	old, newest := "blob:"+strings.Repeat("a", 64), "blob:"+strings.Repeat("b", 64)
+	req := conversation(1, `{"handle":"`+old+`"} then {"handle":"`+newest+`"}`)
+	resp, err := p.Complete(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args struct {
+		Inputs map[string]string `json:"inputs"`
+		Keep   string            `json:"keep"`
+	}
+	if err := json.Unmarshal(resp.ToolCalls()[0].Input, &args); err != nil {
+		t.Fatal(err)
+	}
+	if args.Inputs["t.json"] != newest || args.Keep != "$last_handle is literal inside text" {
+		t.Fatalf("args %+v, want the newest handle %s", args, newest)
+	}
+	if _, err := p.Complete(t.Context(), conversation(1, "no handle here")); err == nil || !strings.Contains(err.Error(), "no tool result") {
+		t.Fatalf("without a handle: %v", err)
+	}
+}

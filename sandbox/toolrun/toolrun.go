@@ -63,6 +63,8 @@ const (
 	maxInputFiles  = 32
 	maxOutputFiles = 16
 	maxOutputFile  = 4 << 20
+	// maxInputs caps what handles bring into the workspace, all together.
+	maxInputs = 32 << 20
 )
 
 // PythonArgs are run_python's arguments.
@@ -70,6 +72,10 @@ type PythonArgs struct {
 	Code string `json:"code"`
 	// Files are written into the workspace before the code runs.
 	Files map[string]string `json:"files,omitempty"`
+	// Inputs are written into the workspace from blob handles the run has
+	// seen (name -> "blob:<sha256>"): how data too large for the model's
+	// context reaches the code.
+	Inputs map[string]string `json:"inputs,omitempty"`
 	// Outputs are workspace files to return after it ran.
 	Outputs []string `json:"outputs,omitempty"`
 }
@@ -104,7 +110,7 @@ func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		if err := json.Unmarshal(call.Args, &pyArgs); err != nil {
 			return tool.ErrorResult("run_python: bad arguments: %v", err), nil, nil
 		}
-		if len(pyArgs.Code) > maxCode || len(pyArgs.Files) > maxInputFiles || len(pyArgs.Outputs) > maxOutputFiles {
+		if len(pyArgs.Code) > maxCode || len(pyArgs.Files)+len(pyArgs.Inputs) > maxInputFiles || len(pyArgs.Outputs) > maxOutputFiles {
 			return tool.ErrorResult("run_python: code, files or outputs over the limit"), nil, nil
 		}
 		req.Exec.Argv = []string{"python3", "-E", "-s", "main.py"}
@@ -117,6 +123,11 @@ func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		for _, n := range names {
 			req.Exec.Files = append(req.Exec.Files, sandbox.File{Path: n, Data: []byte(pyArgs.Files[n])})
 		}
+		in, msg := readInputs(ctx, call.Handles, pyArgs.Inputs)
+		if msg != "" {
+			return tool.ErrorResult("run_python: %s", msg), nil, nil
+		}
+		req.Exec.Files = append(req.Exec.Files, in...)
 		req.Collect, req.CollectLimit = pyArgs.Outputs, maxOutputFile
 	} else {
 		req.Exec.Argv = []string{ToolEntrypoint}
@@ -134,6 +145,33 @@ func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		return pythonResult(c, pyArgs, m.MaxOutput()), info, nil
 	}
 	return genericResult(c, m), info, nil
+}
+
+// readInputs resolves input handles into workspace files. A handle the run
+// has not seen, or input over the limit, is the model's error to read.
+func readInputs(ctx context.Context, h tool.HandleReader, inputs map[string]string) ([]sandbox.File, string) {
+	if len(inputs) == 0 {
+		return nil, ""
+	}
+	if h == nil {
+		return nil, "inputs by handle are only available inside a run"
+	}
+	names := make([]string, 0, len(inputs))
+	for n := range inputs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var out []sandbox.File
+	left := int64(maxInputs)
+	for _, n := range names {
+		data, err := h.ReadHandle(ctx, inputs[n], left)
+		if err != nil {
+			return nil, fmt.Sprintf("input %s: %v", sandbox.Sanitize([]byte(n), 200, false, false).Text, err)
+		}
+		left -= int64(len(data))
+		out = append(out, sandbox.File{Path: n, Data: data})
+	}
+	return out, ""
 }
 
 // Traceparent derives the W3C traceparent passed into a call's sandbox from
