@@ -52,6 +52,13 @@ timeout_ms: 1000
 input_schema: {type: object, properties: {size: {type: integer}}}
 side_effects: none
 ---
+name: read_handle
+description: Reads a handle the run has seen.
+tier: 1
+timeout_ms: 1000
+input_schema: {type: object, properties: {handle: {type: string}}}
+side_effects: none
+---
 name: slow
 description: Sleeps.
 tier: 1
@@ -107,6 +114,7 @@ instructions: You are a test agent.
 tools:
   - tool: echo
   - tool: big
+  - tool: read_handle
   - tool: slow
   - tool: mutate
   - tool: mutate_echo

@@ -2,8 +2,11 @@ package loop_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,6 +31,15 @@ var testFuncs = map[string]tool.Func{
 	"slow": func(ctx context.Context, _ tool.Call) (tool.Result, error) {
 		<-ctx.Done()
 		return tool.Result{}, ctx.Err()
+	},
+	"read_handle": func(ctx context.Context, c tool.Call) (tool.Result, error) {
+		var a struct{ Handle string }
+		_ = json.Unmarshal(c.Args, &a)
+		data, err := c.Handles.ReadHandle(ctx, a.Handle, 1<<20)
+		if err != nil {
+			return tool.ErrorResult("%v", err), nil
+		}
+		return tool.JSONResult(map[string]int{"bytes": len(data)})
 	},
 	"forbidden": func(context.Context, tool.Call) (tool.Result, error) {
 		panic("forbidden tool executed")
@@ -244,6 +256,41 @@ turns:
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A tool can be handed a blob by handle only when this run showed the model
+// that handle: another blob in the same store, named by its hash, is refused.
+func TestHandlesAreRunScoped(t *testing.T) {
+	other := []byte("another run's data: " + strings.Repeat("y", 10_000))
+	sum := sha256.Sum256(other)
+	foreign := "blob:" + hex.EncodeToString(sum[:])
+	f := newFixture(t, fixtureOptions{script: `
+turns:
+  - tool_calls: [{name: big, args: {size: 200000}}]
+  - tool_calls: [{name: read_handle, args: {handle: $last_handle}}]
+  - tool_calls: [{name: read_handle, args: {handle: "` + foreign + `"}}]
+  - tool_calls: [{name: read_handle, args: {handle: "blob:../../etc/passwd"}}]
+  - text: ok
+`})
+	if _, err := f.p.Store.PutBlob(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	run, evs := f.run("t")
+	if run.Status != store.StatusCompleted {
+		t.Fatal(run.Status)
+	}
+	res := payloads[trace.ToolResult](t, evs, trace.EvToolResult)
+	if len(res) != 4 {
+		t.Fatalf("%d tool results", len(res))
+	}
+	if res[1].Status != trace.StatusOK || res[1].Output.Text != fmt.Sprintf(`{"bytes":%d}`, res[0].Bytes) {
+		t.Fatalf("own handle: %s %s, want the %d bytes of the earlier result", res[1].Status, res[1].Output.Text, res[0].Bytes)
+	}
+	for _, r := range res[2:] {
+		if r.Status != trace.StatusError || !strings.Contains(r.Output.Text, "not a handle this run has seen") {
+			t.Fatalf("foreign handle: %s %s, want refused", r.Status, r.Output.Text)
+		}
 	}
 }
 
