@@ -72,7 +72,7 @@ func Exercise(t *testing.T, newExecutor func(t *testing.T) sandbox.Executor, opt
 	t.Setenv("AGENTPLANE_TEST_SECRET", hostSecret)
 	dataDir := hostDataDir(t)
 
-	s := &suite{t: t, e: e, caps: caps, spec: o.Spec, dataDir: dataDir}
+	s := &suite{t: t, e: e, caps: caps, spec: o.Spec, dataDir: dataDir, newExecutor: newExecutor}
 	for _, c := range []struct {
 		name string
 		fn   func(t *testing.T)
@@ -97,17 +97,19 @@ func Exercise(t *testing.T, newExecutor func(t *testing.T) sandbox.Executor, opt
 		{"WorkspaceFilesInAndOut", s.files},
 		{"SessionReuseKeepsWorkspace", s.session},
 		{"DestroyWhileRunning", s.destroyWhileRunning},
+		{"SweepSparesOtherProcessesSandboxes", s.sweepSparesLive},
 	} {
 		t.Run(c.name, c.fn)
 	}
 }
 
 type suite struct {
-	t       *testing.T
-	e       sandbox.Executor
-	caps    sandbox.Capabilities
-	spec    sandbox.Spec
-	dataDir string
+	t           *testing.T
+	e           sandbox.Executor
+	caps        sandbox.Capabilities
+	spec        sandbox.Spec
+	dataDir     string
+	newExecutor func(t *testing.T) sandbox.Executor
 }
 
 // hostDataDir makes a stand-in for the agentplane data directory holding a
@@ -815,6 +817,30 @@ func (s *suite) destroyWhileRunning(t *testing.T) {
 	}
 	if execErr == nil && res.Outcome == sandbox.OutcomeOK {
 		t.Fatalf("a destroyed sandbox's command reported success")
+	}
+}
+
+// sweepSparesLive: the startup sweep of a second executor (another
+// agentplane process on the same host) removes only what a dead process
+// left, never a live sandbox of another process.
+func (s *suite) sweepSparesLive(t *testing.T) {
+	sb := s.box(t)
+	other, ok := s.newExecutor(t).(sandbox.Sweeper)
+	if !ok {
+		t.Skip("the executor has no startup sweep")
+	}
+	ids, err := other.Sweep(context.Background())
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	for _, id := range ids {
+		if id == sb.ID() {
+			t.Fatalf("another executor's sweep removed live sandbox %s", id)
+		}
+	}
+	r := s.run(t, sb, sandbox.Exec{Argv: sh("echo alive")})
+	if r.Outcome != sandbox.OutcomeOK || !strings.Contains(out(r), "alive") {
+		t.Fatalf("the sandbox does not work after another executor's sweep: %s %q", r.Outcome, out(r))
 	}
 }
 
