@@ -57,7 +57,10 @@ type Request struct {
 	Tenant string
 	RunID  string
 	Tool   string
-	Spec   Spec
+	// Connector scopes the session: tools of one connector in a run share a
+	// sandbox, tools of different connectors (different credentials) never.
+	Connector string
+	Spec      Spec
 	// Allow is the tool's network allowlist (host:port).
 	Allow []string
 	Exec  Exec
@@ -103,9 +106,9 @@ type poolKey struct {
 }
 
 type sessionKey struct {
-	tenant, run string
-	tier        int
-	spec        Spec
+	tenant, run, connector string
+	tier                   int
+	spec                   Spec
 }
 
 type pooled struct {
@@ -263,7 +266,7 @@ func (m *Manager) Run(ctx context.Context, req Request) (Call, error) {
 	}
 	spec := req.Spec.Normalize()
 	tier := e.Capabilities().Tier
-	key := sessionKey{tenant: req.Tenant, run: req.RunID, tier: tier, spec: spec}
+	key := sessionKey{tenant: req.Tenant, run: req.RunID, connector: req.Connector, tier: tier, spec: spec}
 	b := Boundary{Host: m.host, Executor: e.Capabilities().Name, Tier: tier, Downgraded: down}
 	if down {
 		b.RequestedTier = req.Tier

@@ -343,6 +343,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if err := b.dir.WriteRequest(req); err != nil {
 		return sandbox.Result{}, err
 	}
+	defer b.dir.ClearRequest()
 	b.dir.ClearSidecar()
 
 	filterR, filterW, err := os.Pipe()

@@ -577,6 +577,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if err := b.dir.WriteRequest(req); err != nil {
 		return sandbox.Result{}, err
 	}
+	defer b.dir.ClearRequest()
 	b.dir.ClearSidecar()
 
 	args := append(b.e.globalFlags(), "exec", "--user", fmt.Sprintf("%d:%d", b.uid, b.uid), "--cwd", sandbox.GuestWorkspace,

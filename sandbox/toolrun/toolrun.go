@@ -55,7 +55,13 @@ func Executors(m *sandbox.Manager) map[int]*Runner {
 const RunPythonName = "run_python"
 
 // ToolEntrypoint is the program a generic tier-2/3 tool's image provides.
+// It reads the call's arguments (JSON) on stdin and writes its result on
+// stdout.
 const ToolEntrypoint = "/tool/run"
+
+// CredentialEnv is the environment variable that carries a call's
+// short-lived credential to a generic tool's program.
+const CredentialEnv = "AGENTPLANE_CREDENTIAL"
 
 // Limits of run_python's arguments and results.
 const (
@@ -95,7 +101,7 @@ type PythonResult struct {
 // Execute runs the call in the run's sandbox.
 func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) (tool.Result, *trace.SandboxInfo, error) {
 	req := sandbox.Request{
-		Tier: r.tier, Tenant: call.Tenant, RunID: call.RunID, Tool: m.Name,
+		Tier: r.tier, Tenant: call.Tenant, RunID: call.RunID, Tool: m.Name, Connector: m.Connector,
 		Spec:  sandbox.Spec{Image: m.Image, MemoryMB: m.MemoryMB},
 		Allow: m.Network.Allow,
 		Exec: sandbox.Exec{
@@ -132,6 +138,12 @@ func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 	} else {
 		req.Exec.Argv = []string{ToolEntrypoint}
 		req.Exec.Stdin = call.Args
+		// The credential the broker minted for this call reaches the
+		// tool's program, in its environment only: not its arguments,
+		// not the log. Model-written code (run_python) never gets one.
+		if call.Credential != "" {
+			req.Exec.Env = append(req.Exec.Env, CredentialEnv+"="+call.Credential)
+		}
 	}
 	c, err := r.m.Run(ctx, req)
 	info := boundary(c, err)

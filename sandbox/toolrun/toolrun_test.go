@@ -398,3 +398,108 @@ func TestBrokerDispatch(t *testing.T) {
 		t.Fatalf("without executors: %v %s %s", err, ex.Status, ex.Output)
 	}
 }
+
+// envTool is a generic tier-2 tool's program: it reports the credential it
+// was given, whether the call's request file (which holds the environment)
+// mentions an earlier call's credential, and what an earlier call left in
+// the workspace, then leaves its own credential there.
+const envTool = `package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+)
+
+func main() {
+	req, _ := os.ReadFile("/run/agentplane/request.json")
+	left, _ := os.ReadFile("/workspace/cred.txt")
+	cred := os.Getenv("AGENTPLANE_CREDENTIAL")
+	_ = os.WriteFile("/workspace/cred.txt", []byte(cred), 0o600)
+	json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"cred": cred, "left": string(left), "request_has_first": strings.Contains(string(req), "tok-FIRST"),
+	})
+}
+`
+
+// buildToolImage builds a directory image whose /tool/run is envTool.
+func buildToolImage(t *testing.T) string {
+	t.Helper()
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(envTool), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module envtool\n\ngo 1.22\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Sandbox uids must be able to traverse to the image: not t.TempDir(),
+	// whose parent only root may enter.
+	root, err := os.MkdirTemp("", "agentplane-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.MkdirAll(filepath.Join(root, "tool"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(root, "tool", "run"), ".")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the tool: %v\n%s", err, out)
+	}
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// TestCredentialReachesOnlyItsCall: a call's credential reaches the tool's
+// program through its environment; the next call in the same sandbox does
+// not find it in the request file, and a tool of another connector runs in
+// another sandbox, so it cannot read what the first left behind either.
+func TestCredentialReachesOnlyItsCall(t *testing.T) {
+	e2 := bwrapExecutor(t)
+	m := sandbox.NewManager(sandbox.ManagerOptions{Executors: map[int]sandbox.Executor{2: e2}, Warm: map[int]int{2: -1}})
+	m.Start(context.Background())
+	defer m.Stop()
+	img := buildToolImage(t)
+	mf := func(name, connector string) *tool.Manifest {
+		return manifest(t, fmt.Sprintf("name: %s\ndescription: d\nconnector: %s\ntier: 2\ntimeout_ms: 20000\nimage: %s\ninput_schema: {type: object}\nside_effects: none\n", name, connector, img))
+	}
+	crmA, crmB, billing := mf("crm_lookup", "crm"), mf("crm_notes", "crm"), mf("billing_lookup", "billing")
+	r := toolrun.New(m, 2)
+	type report struct {
+		Cred            string `json:"cred"`
+		Left            string `json:"left"`
+		RequestHasFirst bool   `json:"request_has_first"`
+	}
+	do := func(mf *tool.Manifest, cred string) (report, *trace.SandboxInfo) {
+		t.Helper()
+		c := tool.Call{Tool: mf.Name, Args: json.RawMessage(`{}`), IdempotencyKey: "run_c:1:0", RunID: "run_c", Tenant: "acme", User: "u", Credential: cred}
+		res, info, err := r.Execute(context.Background(), mf, c)
+		if err != nil || res.IsError || info == nil {
+			t.Fatalf("%s: %v %s %+v", mf.Name, err, res.Output, info)
+		}
+		var rep report
+		if err := json.Unmarshal(res.Output, &rep); err != nil {
+			t.Fatalf("%s: %v: %s", mf.Name, err, res.Output)
+		}
+		return rep, info
+	}
+	first, i1 := do(crmA, "tok-FIRST")
+	if first.Cred != "tok-FIRST" {
+		t.Fatalf("the tool did not get its credential: %+v", first)
+	}
+	second, i2 := do(crmB, "")
+	if second.Cred != "" || second.RequestHasFirst {
+		t.Fatalf("the next call in the sandbox sees the first call's credential: %+v", second)
+	}
+	if i2.ID != i1.ID || second.Left != "tok-FIRST" {
+		t.Fatalf("tools of one connector in one run should share the session (ids %s %s, left %q)", i1.ID, i2.ID, second.Left)
+	}
+	other, i3 := do(billing, "tok-BILLING")
+	if i3.ID == i1.ID || other.Left != "" || other.Cred != "tok-BILLING" {
+		t.Fatalf("another connector's tool shares the crm sandbox (ids %s %s) or reads its workspace: %+v", i1.ID, i3.ID, other)
+	}
+}

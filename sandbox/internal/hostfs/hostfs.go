@@ -244,6 +244,11 @@ func (d *Dir) WriteRequest(r *sandbox.GuestRequest) error {
 	return errors.Join(werr, f.Close())
 }
 
+// ClearRequest removes the request after its command ended: it holds the
+// call's environment (a credential, say), which the next command in the
+// same sandbox must not read.
+func (d *Dir) ClearRequest() { _ = os.Remove(filepath.Join(d.Run(), "request.json")) }
+
 // SidecarPath is the host path of the sidecar report.
 func (d *Dir) SidecarPath() string { return filepath.Join(d.Run(), "sidecar.json") }
 
