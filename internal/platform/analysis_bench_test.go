@@ -1,0 +1,110 @@
+package platform_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/examples/carddispute"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/sandbox/sandboxtest"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
+)
+
+// BenchmarkAnalysisStep runs the card-dispute analysis agent end to end:
+// get_card_transactions (30,011 rows, 3.5 MB, returned as a handle), then
+// run_python comparing them in a gVisor sandbox, then the sandbox's teardown.
+// It reports the run's wall time and, from the boundary record, the
+// sandbox's provision and wall times and the bytes moved in.
+func BenchmarkAnalysisStep(b *testing.B) {
+	runsc := os.Getenv("AGENTPLANE_RUNSC")
+	if runsc == "" {
+		runsc, _ = exec.LookPath("runsc")
+	}
+	if runsc == "" {
+		b.Skip("runsc is not available (scripts/sandboxes.sh builds it)")
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	for src, dst := range map[string]string{"analysis/agent.yaml": "agent.yaml", "analysis/turns.yaml": "analysis-turns.yaml",
+		"analysis/models.yaml": "models.yaml", "analysis/run_python.yaml": "run_python.yaml", "tools.yaml": "tools.yaml"} {
+		data, err := carddispute.ReadFile(src)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
+		Sandbox: platform.SandboxOptions{Guest: sandboxtest.BuildGuest(b), Runsc: runsc, StateDir: sandboxtest.StateDir(b)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	const tenant, user = "example-bank", "priya@example-bank.in"
+	if err := p.ProvisionCardDispute(ctx, tenant, map[string][]string{user: {"card-ops-agents"}}); err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []string{"tools.yaml", "run_python.yaml"} {
+		if _, err := p.ApplyTools(ctx, filepath.Join(dir, f)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d, err := agent.LoadDefinitionFile(filepath.Join(dir, "agent.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := p.Registry.Apply(ctx, d); err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Bank.GenerateTransactions(ctx, bank.CustomerID, 30_000, 2026); err != nil {
+		b.Fatal(err)
+	}
+	var walls, provs, sbWalls []float64
+	var bytesIn int64
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		r, err := p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "Check c_88213 for duplicate charges.", Tenant: tenant, User: user})
+		if err != nil {
+			b.Fatal(err)
+		}
+		run, err := p.Engine.Execute(ctx, r.ID)
+		if err != nil || run.Status != store.StatusCompleted {
+			b.Fatalf("run %v %v", run, err)
+		}
+		walls = append(walls, float64(time.Since(start).Microseconds())/1000)
+		evs, _ := p.Store.Events(ctx, r.ID, 0, 0)
+		for _, ev := range evs {
+			var res trace.ToolResult
+			if ev.Type == trace.EvToolResult && json.Unmarshal(ev.Payload, &res) == nil && res.Sandbox != nil {
+				provs = append(provs, float64(res.Sandbox.ProvisionMS))
+				sbWalls = append(sbWalls, float64(res.Sandbox.WallMS))
+				bytesIn = res.Sandbox.BytesIn
+			}
+		}
+	}
+	b.StopTimer()
+	if len(provs) != b.N {
+		b.Fatalf("%d sandboxed results in %d runs", len(provs), b.N)
+	}
+	b.ReportMetric(median(walls), "run-p50-ms")
+	b.ReportMetric(median(provs), "provision-p50-ms")
+	b.ReportMetric(median(sbWalls), "sandbox-wall-p50-ms")
+	b.ReportMetric(float64(bytesIn), "bytes-in")
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
