@@ -206,12 +206,12 @@ func TestSandboxBoundaryOnToolSpan(t *testing.T) {
 	var teardown bool
 	for _, s := range exp.GetSpans() {
 		for _, a := range s.Attributes {
-			if strings.Contains(a.Value.Emit(), secret) {
+			if strings.Contains(a.Value.String(), secret) {
 				t.Errorf("span %s attribute %s carries sandbox or payload content", s.Name, a.Key)
 			}
 			if v, ok := want[string(a.Key)]; ok && s.Name == "execute_tool echo" {
-				if a.Value.Emit() != v {
-					t.Errorf("%s = %s, want %s", a.Key, a.Value.Emit(), v)
+				if a.Value.String() != v {
+					t.Errorf("%s = %s, want %s", a.Key, a.Value.String(), v)
 				}
 				delete(want, string(a.Key))
 			}
