@@ -117,12 +117,7 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	}
 	fmt.Fprintf(c.out, "\nAnalysis step: %s compares a year of card history (%d generated transactions plus October's) in Python, in a gVisor sandbox\n\n",
 		AnalysisAgent, analysisRows)
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: AnalysisAgent, Task: AnalysisTask, Tenant: DemoTenant, User: DemoUser, Mode: "stream"})
-	if err != nil {
-		return err
-	}
-	var after int64
-	final, err := c.execute(p, run.ID, false, &after)
+	run, final, err := c.playDemoRun(p, AnalysisAgent, AnalysisTask)
 	if err != nil {
 		return err
 	}

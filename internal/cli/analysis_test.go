@@ -3,8 +3,6 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,29 +11,11 @@ import (
 	"github.com/agentplane/agentplane/sandbox/sandboxtest"
 )
 
-func findRunsc(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("AGENTPLANE_RUNSC"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("runsc"); err == nil {
-		return p
-	}
-	home, _ := os.UserHomeDir()
-	if p := filepath.Join(home, ".cache", "agentplane-tools", "bin", "runsc"); fileExists(p) {
-		return p
-	}
-	t.Skip("runsc is not available (scripts/test.sh builds it and sets AGENTPLANE_RUNSC)")
-	return ""
-}
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
 // The demo's analysis step end to end: 30,011 transactions reach Python in a
 // gVisor sandbox by handle, the planted duplicate is found, the sandbox is
 // destroyed with the run, and the analysis changes nothing at the bank.
 func TestDemoAnalysisStep(t *testing.T) {
-	runsc := findRunsc(t)
+	runsc := sandboxtest.Runsc(t)
 	guest := sandboxtest.BuildGuest(t)
 	data := filepath.Join(t.TempDir(), "data")
 	t.Setenv("AGENTPLANE_GUEST", "")

@@ -125,35 +125,9 @@ func (c *command) demo(args []string) error {
 		}
 	}()
 	fmt.Fprintf(c.out, "agentplane demo: card dispute at a bank (data directory %s)\n\n", cm.data)
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: "card-dispute-assistant@prod", Task: DemoTask, Tenant: DemoTenant, User: DemoUser, Mode: "stream"})
+	run, final, err := c.playDemoRun(p, "card-dispute-assistant@prod", DemoTask)
 	if err != nil {
 		return err
-	}
-	var after int64
-	final, err := c.execute(p, run.ID, false, &after)
-	if err != nil {
-		return err
-	}
-	for final.Status == store.StatusWaiting {
-		pend, err := p.PendingApprovals(c.ctx, DemoTenant)
-		if err != nil {
-			return err
-		}
-		if len(pend) == 0 {
-			return exitCode{1, "demo run waits, but not for an approval"}
-		}
-		for _, a := range pend {
-			fmt.Fprintf(c.out, "\n  ⏸  run waits: approval %s for group %s\n     %s\n", a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200))
-			fmt.Fprintf(c.out, "     the demo now acts as supervisor %s: agentplane approve %s --as %s\n\n", DemoSupervisor, a.Request.ApprovalID, DemoSupervisor)
-			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: DemoTenant,
-				Decider: DemoSupervisor, Decision: "approve", Comment: "duplicate charge confirmed against the statement"}); err != nil {
-				return err
-			}
-		}
-		final, err = c.execute(p, run.ID, false, &after)
-		if err != nil {
-			return err
-		}
 	}
 	if err := printBank(c, p.Bank); err != nil {
 		return err
@@ -169,6 +143,41 @@ func (c *command) demo(args []string) error {
 		return err
 	}
 	return c.demoAnalysis(cm, *analysis)
+}
+
+// playDemoRun starts a demo run, prints its timeline as it executes and,
+// while it waits for approvals, approves them as the demo's supervisor.
+func (c *command) playDemoRun(p *platform.Platform, agentRef, task string) (*store.Run, *store.Run, error) {
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: DemoTenant, User: DemoUser, Mode: "stream"})
+	if err != nil {
+		return nil, nil, err
+	}
+	var after int64
+	final, err := c.execute(p, run.ID, false, &after)
+	if err != nil {
+		return nil, nil, err
+	}
+	for final.Status == store.StatusWaiting {
+		pend, err := p.PendingApprovals(c.ctx, DemoTenant)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(pend) == 0 {
+			return nil, nil, exitCode{1, "demo run waits, but not for an approval"}
+		}
+		for _, a := range pend {
+			fmt.Fprintf(c.out, "\n  ⏸  run waits: approval %s for group %s\n     %s\n", a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200))
+			fmt.Fprintf(c.out, "     the demo now acts as supervisor %s: agentplane approve %s --as %s\n\n", DemoSupervisor, a.Request.ApprovalID, DemoSupervisor)
+			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: DemoTenant,
+				Decider: DemoSupervisor, Decision: "approve", Comment: "duplicate charge confirmed against the statement"}); err != nil {
+				return nil, nil, err
+			}
+		}
+		if final, err = c.execute(p, run.ID, false, &after); err != nil {
+			return nil, nil, err
+		}
+	}
+	return run, final, nil
 }
 
 func printBank(c *command, b *bank.Bank) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -25,13 +24,7 @@ import (
 // It reports the run's wall time and, from the boundary record, the
 // sandbox's provision and wall times and the bytes moved in.
 func BenchmarkAnalysisStep(b *testing.B) {
-	runsc := os.Getenv("AGENTPLANE_RUNSC")
-	if runsc == "" {
-		runsc, _ = exec.LookPath("runsc")
-	}
-	if runsc == "" {
-		b.Skip("runsc is not available (scripts/sandboxes.sh builds it)")
-	}
+	runsc := sandboxtest.Runsc(b)
 	ctx := context.Background()
 	dir := b.TempDir()
 	for src, dst := range map[string]string{"analysis/agent.yaml": "agent.yaml", "analysis/turns.yaml": "analysis-turns.yaml",

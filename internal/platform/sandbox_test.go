@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,19 +111,7 @@ func TestTier3FailsClosedWithoutSandbox(t *testing.T) {
 
 // Through the whole platform: the loop, the broker, the manager and gVisor.
 func TestRunPythonInGVisorThroughThePlatform(t *testing.T) {
-	runsc := os.Getenv("AGENTPLANE_RUNSC")
-	if runsc == "" {
-		runsc, _ = exec.LookPath("runsc")
-	}
-	if runsc == "" {
-		home, _ := os.UserHomeDir()
-		if p := filepath.Join(home, ".cache", "agentplane-tools", "bin", "runsc"); fileExists(p) {
-			runsc = p
-		}
-	}
-	if runsc == "" {
-		t.Skip("runsc is not available (scripts/test.sh builds it and sets AGENTPLANE_RUNSC)")
-	}
+	runsc := sandboxtest.Runsc(t)
 	p, id := openPython(t, platform.SandboxOptions{Guest: sandboxtest.BuildGuest(t), Runsc: runsc, StateDir: sandboxtest.StateDir(t)})
 	r := pythonResult(t, p, id)
 	if r.Status != trace.StatusOK || !strings.Contains(r.Output.Text, "txn_2") || strings.Contains(r.Output.Text, "txn_3") {
@@ -163,5 +150,3 @@ func TestRunPythonInGVisorThroughThePlatform(t *testing.T) {
 		t.Fatalf("verify: %v", err)
 	}
 }
-
-func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

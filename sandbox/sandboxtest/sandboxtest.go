@@ -844,6 +844,26 @@ func (s *suite) sweepSparesLive(t *testing.T) {
 	}
 }
 
+// Runsc returns the static runsc to test with: AGENTPLANE_RUNSC, runsc on
+// PATH, or the one scripts/sandboxes.sh builds into the tools cache. The
+// test skips, saying how to get one, when there is none.
+func Runsc(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("AGENTPLANE_RUNSC"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p
+	}
+	home, _ := os.UserHomeDir()
+	p := filepath.Join(home, ".cache", "agentplane-tools", "bin", "runsc")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	t.Skip("runsc is not installed; scripts/sandboxes.sh (run by scripts/test.sh) builds it")
+	return ""
+}
+
 // BuildGuest builds the sandbox wrapper (package sandbox/guest) as a static
 // binary into a temporary directory of the test and returns its path.
 func BuildGuest(t testing.TB) string {

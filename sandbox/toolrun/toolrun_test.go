@@ -69,17 +69,7 @@ func bwrapExecutor(t *testing.T) sandbox.Executor {
 
 func gvisorExecutor(t *testing.T) sandbox.Executor {
 	t.Helper()
-	p := os.Getenv("AGENTPLANE_RUNSC")
-	if p == "" {
-		p, _ = exec.LookPath("runsc")
-	}
-	if p == "" {
-		home, _ := os.UserHomeDir()
-		p = filepath.Join(home, ".cache", "agentplane-tools", "bin", "runsc")
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skip("runsc is not built; scripts/test.sh builds it into the tools cache")
-	}
+	p := sandboxtest.Runsc(t)
 	e := gvisor.New(gvisor.Options{Runsc: p, Guest: sandboxtest.BuildGuest(t), StateDir: sandboxtest.StateDir(t)})
 	if err := e.Available(); err != nil {
 		t.Skipf("gVisor unavailable: %v", err)
