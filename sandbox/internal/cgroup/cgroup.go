@@ -92,10 +92,6 @@ func selfGroups() (map[string]string, error) {
 }
 
 func openV2(name string) (*Parent, error) {
-	self, err := selfGroups()
-	if err != nil {
-		return nil, err
-	}
 	// A v2 group with processes cannot enable controllers for children, so
 	// the parent hangs off the root (or off a delegated group the operator
 	// runs agentplane in, when AGENTPLANE_CGROUP_PARENT names one).
@@ -103,25 +99,42 @@ func openV2(name string) (*Parent, error) {
 	if d := os.Getenv("AGENTPLANE_CGROUP_PARENT"); d != "" {
 		base = filepath.Join(root, filepath.Clean("/"+d))
 	}
-	_ = self
+	return openV2At(base, name, []string{"memory", "pids"})
+}
+
+// openV2At creates the parent name under the v2 group base and enables the
+// required controllers (and cpu, when base offers it) for its children.
+func openV2At(base, name string, required []string) (*Parent, error) {
 	dir := filepath.Join(base, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cgroup v2: %w", err)
 	}
 	avail, _ := os.ReadFile(filepath.Join(base, "cgroup.controllers"))
-	for _, c := range []string{"memory", "pids"} {
-		if !strings.Contains(" "+string(avail)+" ", " "+c+" ") && !strings.Contains(string(avail), c) {
+	has := func(data []byte, c string) bool {
+		for _, f := range strings.Fields(string(data)) {
+			if f == c {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range required {
+		if !has(avail, c) {
 			return nil, fmt.Errorf("%w: cgroup v2 %s not delegated to %s", ErrNoController, c, base)
 		}
 	}
 	for _, d := range []string{base, dir} {
-		for _, c := range []string{"memory", "pids", "cpu"} {
-			_ = os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+"+c), 0)
+		for _, c := range append(append([]string(nil), required...), "cpu") {
+			if has(avail, c) {
+				_ = os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte("+"+c), 0)
+			}
 		}
 	}
 	got, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-	if !strings.Contains(string(got), "memory") || !strings.Contains(string(got), "pids") {
-		return nil, fmt.Errorf("%w: cannot enable memory and pids in %s", ErrNoController, dir)
+	for _, c := range required {
+		if !has(got, c) {
+			return nil, fmt.Errorf("%w: cannot enable %s in %s", ErrNoController, c, dir)
+		}
 	}
 	return &Parent{v2: true, dirs: map[string]string{"": dir}}, nil
 }
