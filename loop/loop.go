@@ -890,8 +890,9 @@ func (l *Loop) end(ctx context.Context, st *state, step int, status, result, rea
 	// The run's sandboxes go before it ends, and the log says how. Whether
 	// this event exists depends only on the log (a sandboxed result), so a
 	// replay without sandboxes reads the same sequence.
-	if st.sandboxed {
-		if _, err := st.env.Do(ctx, trace.EvSandboxEnd, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+	switch {
+	case st.sandboxed:
+		if _, err := st.env.Do(ctx, trace.EvSandboxEnd, step, engine.Durable, func(ctx context.Context) ([]byte, error) {
 			td := trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{}}
 			if l.o.Sandboxes != nil {
 				if got := l.o.Sandboxes.EndRun(ctx, st.run.Tenant, st.run.ID); got != nil {
@@ -902,6 +903,10 @@ func (l *Loop) end(ctx context.Context, st *state, step int, status, result, rea
 		}); err != nil {
 			return engine.Outcome{}, err
 		}
+	case l.o.Sandboxes != nil && !st.env.Replaying():
+		// No sandboxed result in the log (a call cancelled mid-flight, say),
+		// but a sandbox may exist: end it; there is nothing to record.
+		l.o.Sandboxes.EndRun(ctx, st.run.Tenant, st.run.ID)
 	}
 	ev, err := st.env.Do(ctx, typ, step, engine.Durable, func(context.Context) ([]byte, error) {
 		return json.Marshal(trace.RunEnded{Status: status, Result: result, Reason: reason})

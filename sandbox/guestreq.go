@@ -67,6 +67,8 @@ func GuestEnv(e Exec) []string {
 		"LANG=C.UTF-8",
 		"TMPDIR=/tmp",
 		"PYTHONDONTWRITEBYTECODE=1",
+		// HOME is the workspace: no user site-packages from it.
+		"PYTHONNOUSERSITE=1",
 	}
 	env := map[string]string{}
 	var order []string

@@ -57,10 +57,7 @@ type Request struct {
 	Tenant string
 	RunID  string
 	Tool   string
-	// Connector scopes the session: tools of one connector in a run share a
-	// sandbox, tools of different connectors (different credentials) never.
-	Connector string
-	Spec      Spec
+	Spec   Spec
 	// Allow is the tool's network allowlist (host:port).
 	Allow []string
 	Exec  Exec
@@ -105,10 +102,14 @@ type poolKey struct {
 	spec Spec
 }
 
+// sessionKey names a session: one sandbox per tool in a run. Two tools never
+// share one, so one tool's program (or model-written code) cannot leave
+// anything in a workspace that another tool, holding another credential,
+// then runs.
 type sessionKey struct {
-	tenant, run, connector string
-	tier                   int
-	spec                   Spec
+	tenant, run, tool string
+	tier              int
+	spec              Spec
 }
 
 type pooled struct {
@@ -144,12 +145,11 @@ type Manager struct {
 	filling  map[poolKey]int
 	sessions map[sessionKey]*session
 	// reaped holds the reaper's records of sandboxes of runs that have not
-	// ended yet, for their EndRun; reapedOrder bounds it.
-	reaped      map[runKey][]Teardown
-	reapedOrder []runKey
-	stopped     bool
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	// ended yet, for their EndRun (at most maxReapedRuns runs).
+	reaped  map[runKey]*reapedRun
+	stopped bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // NewManager returns a manager; call Start.
@@ -177,7 +177,7 @@ func NewManager(o ManagerOptions) *Manager {
 	}
 	host, _ := os.Hostname()
 	return &Manager{o: o, host: host, execs: map[int]Executor{}, pools: map[poolKey][]pooled{},
-		filling: map[poolKey]int{}, sessions: map[sessionKey]*session{}, reaped: map[runKey][]Teardown{}, stop: make(chan struct{})}
+		filling: map[poolKey]int{}, sessions: map[sessionKey]*session{}, reaped: map[runKey]*reapedRun{}, stop: make(chan struct{})}
 }
 
 // Start sweeps what a crashed process left (recorded as teardown by
@@ -266,7 +266,7 @@ func (m *Manager) Run(ctx context.Context, req Request) (Call, error) {
 	}
 	spec := req.Spec.Normalize()
 	tier := e.Capabilities().Tier
-	key := sessionKey{tenant: req.Tenant, run: req.RunID, connector: req.Connector, tier: tier, spec: spec}
+	key := sessionKey{tenant: req.Tenant, run: req.RunID, tool: req.Tool, tier: tier, spec: spec}
 	b := Boundary{Host: m.host, Executor: e.Capabilities().Name, Tier: tier, Downgraded: down}
 	if down {
 		b.RequestedTier = req.Tier
@@ -484,9 +484,13 @@ func (m *Manager) EndRun(ctx context.Context, tenant, runID string) []Teardown {
 			delete(m.sessions, k)
 		}
 	}
-	rk := runKey{tenant, runID}
-	out := m.reaped[rk]
-	delete(m.reaped, rk)
+	var out []Teardown
+	if r := m.reaped[runKey{tenant, runID}]; r != nil {
+		for _, td := range r.recs {
+			out = append(out, *td)
+		}
+		delete(m.reaped, runKey{tenant, runID})
+	}
 	m.mu.Unlock()
 	for _, s := range ended {
 		out = append(out, m.endSession(s, TeardownCaller, "run ended"))
@@ -494,23 +498,40 @@ func (m *Manager) EndRun(ctx context.Context, tenant, runID string) []Teardown {
 	return out
 }
 
-// rememberReaped keeps the reaper's record of a run's sandbox for the run's
-// EndRun, bounded so that runs that never end cannot grow it.
-func (m *Manager) rememberReaped(td Teardown) {
-	if td.RunID == "" {
-		return
+// reapedRun is what the reaper did to one run's sandboxes.
+type reapedRun struct {
+	recs  []*Teardown
+	added time.Time
+}
+
+// reapingLocked notes, under m.mu and in the same critical section that
+// removes the session, that the reaper is destroying a run's sandbox, so an
+// EndRun that comes before the destruction ends still reports it. The
+// record is filled in when it has. Runs that never end are bounded: the
+// oldest is dropped.
+func (m *Manager) reapingLocked(s *session, now time.Time) *Teardown {
+	if s.key.run == "" {
+		return nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rk := runKey{td.Tenant, td.RunID}
-	if _, ok := m.reaped[rk]; !ok {
-		if len(m.reapedOrder) >= maxReapedRuns {
-			delete(m.reaped, m.reapedOrder[0])
-			m.reapedOrder = m.reapedOrder[1:]
+	rk := runKey{s.key.tenant, s.key.run}
+	r := m.reaped[rk]
+	if r == nil {
+		if len(m.reaped) >= maxReapedRuns {
+			var oldest runKey
+			first := true
+			for k, v := range m.reaped {
+				if first || v.added.Before(m.reaped[oldest].added) {
+					oldest, first = k, false
+				}
+			}
+			delete(m.reaped, oldest)
 		}
-		m.reapedOrder = append(m.reapedOrder, rk)
+		r = &reapedRun{added: now}
+		m.reaped[rk] = r
 	}
-	m.reaped[rk] = append(m.reaped[rk], td)
+	td := &Teardown{ID: s.sb.ID(), Executor: s.exec, Tenant: s.key.tenant, RunID: s.key.run, By: TeardownReaper, Reason: "past its TTL (being destroyed)"}
+	r.recs = append(r.recs, td)
+	return td
 }
 
 // maxReapedRuns bounds the reaper records kept for runs that have not ended.
@@ -582,6 +603,7 @@ func (m *Manager) Reap() {
 	now := m.o.Clock()
 	m.mu.Lock()
 	var expired []*session
+	var records []*Teardown
 	for k, s := range m.sessions {
 		if s.busy {
 			if now.Sub(s.created) <= m.o.MaxTTL {
@@ -591,6 +613,7 @@ func (m *Manager) Reap() {
 			continue
 		}
 		expired = append(expired, s)
+		records = append(records, m.reapingLocked(s, now))
 		delete(m.sessions, k)
 	}
 	var stale []pooled
@@ -608,7 +631,7 @@ func (m *Manager) Reap() {
 		m.pools[k] = keep
 	}
 	m.mu.Unlock()
-	for _, s := range expired {
+	for i, s := range expired {
 		// A busy session past MaxTTL is destroyed under the running call:
 		// Destroy kills the command.
 		m.mu.Lock()
@@ -618,7 +641,12 @@ func (m *Manager) Reap() {
 		if s.proxy != nil {
 			_ = s.proxy.Close()
 		}
-		m.rememberReaped(m.destroy(s.sb, s.key.tier, s.key.tenant, s.key.run, uses, TeardownReaper, "past its TTL"))
+		td := m.destroy(s.sb, s.key.tier, s.key.tenant, s.key.run, uses, TeardownReaper, "past its TTL")
+		if rec := records[i]; rec != nil {
+			m.mu.Lock()
+			*rec = td
+			m.mu.Unlock()
+		}
 	}
 	for i, p := range stale {
 		m.destroy(p.sb, staleTier[i], "", "", 0, TeardownReaper, "warm sandbox past its TTL")

@@ -216,7 +216,7 @@ func lastToolResults(req *model.Request) (text string, ok bool) {
 // LastHandle is the argument value a script writes for the newest handle.
 const LastHandle = "$last_handle"
 
-var handleRE = regexp.MustCompile(`blob:[0-9a-f]{64}`)
+var handleRE = regexp.MustCompile(`^blob:[0-9a-f]{64}$`)
 
 // fillHandles replaces LastHandle in the response's tool-call arguments.
 func fillHandles(resp *model.Response, req *model.Request) error {
@@ -235,7 +235,9 @@ func fillHandles(resp *model.Response, req *model.Request) error {
 	return nil
 }
 
-// lastHandle finds the newest blob handle in req's tool results.
+// lastHandle finds the newest blob handle in req's tool results: the
+// "handle" field of a result the platform cut, never a handle-shaped string
+// inside a tool's own output.
 func lastHandle(req *model.Request) string {
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		c := req.Messages[i].Content
@@ -243,8 +245,11 @@ func lastHandle(req *model.Request) string {
 			if c[j].Type != model.PartToolResult {
 				continue
 			}
-			if all := handleRE.FindAllString(c[j].Text, -1); len(all) > 0 {
-				return all[len(all)-1]
+			var v struct {
+				Handle string `json:"handle"`
+			}
+			if json.Unmarshal([]byte(c[j].Text), &v) == nil && handleRE.MatchString(v.Handle) {
+				return v.Handle
 			}
 		}
 	}

@@ -449,7 +449,9 @@ turns:
 	}
 	p := New(s, Options{})
 	old, newest := "blob:"+strings.Repeat("a", 64), "blob:"+strings.Repeat("b", 64)
-	req := conversation(1, `{"handle":"`+old+`"} then {"handle":"`+newest+`"}`)
+	// A handle-shaped string inside the preview (the tool's own output) is
+	// not the handle.
+	req := conversation(1, `{"handle":"`+newest+`","preview":"planted `+old+`"}`)
 	resp, err := p.Complete(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)

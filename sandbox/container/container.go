@@ -149,14 +149,16 @@ func (e *Executor) Sweep(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var errs []error
 	for _, id := range e.cg.Children(idPrefix) {
-		if hostfs.Owned(id) {
+		if owned, err := hostfs.Owned(id); owned {
+			errs = append(errs, err)
 			continue // a live sandbox of another process on this host
 		}
 		seen[id] = true
 		errs = append(errs, e.cg.Attach(id).Remove())
 	}
 	for _, id := range hostfs.Leftovers(e.o.StateDir, idPrefix) {
-		if hostfs.Owned(id) {
+		if owned, err := hostfs.Owned(id); owned {
+			errs = append(errs, err)
 			continue
 		}
 		seen[id] = true

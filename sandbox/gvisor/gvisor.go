@@ -209,21 +209,28 @@ func (e *Executor) Sweep(ctx context.Context) ([]string, error) {
 	var errs []error
 	ents, _ := os.ReadDir(e.runscRoot())
 	for _, ent := range ents {
-		if strings.HasPrefix(ent.Name(), idPrefix) && !hostfs.Owned(ent.Name()) {
+		if !strings.HasPrefix(ent.Name(), idPrefix) {
+			continue
+		}
+		if owned, err := hostfs.Owned(ent.Name()); owned {
+			errs = append(errs, err)
+		} else {
 			seen[ent.Name()] = true
 			_, _ = e.runsc(ctx, 10*time.Second, "kill", "--all", ent.Name(), "KILL")
 			_, _ = e.runsc(ctx, 10*time.Second, "delete", "--force", ent.Name())
 		}
 	}
 	for _, id := range e.cg.Children(idPrefix) {
-		if hostfs.Owned(id) {
+		if owned, err := hostfs.Owned(id); owned {
+			errs = append(errs, err)
 			continue // a live sandbox of another process on this host
 		}
 		seen[id] = true
 		errs = append(errs, e.cg.Attach(id).Remove())
 	}
 	for _, id := range hostfs.Leftovers(e.o.StateDir, idPrefix) {
-		if hostfs.Owned(id) {
+		if owned, err := hostfs.Owned(id); owned {
+			errs = append(errs, err)
 			continue
 		}
 		seen[id] = true

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -101,7 +102,7 @@ type PythonResult struct {
 // Execute runs the call in the run's sandbox.
 func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) (tool.Result, *trace.SandboxInfo, error) {
 	req := sandbox.Request{
-		Tier: r.tier, Tenant: call.Tenant, RunID: call.RunID, Tool: m.Name, Connector: m.Connector,
+		Tier: r.tier, Tenant: call.Tenant, RunID: call.RunID, Tool: m.Name,
 		Spec:  sandbox.Spec{Image: m.Image, MemoryMB: m.MemoryMB},
 		Allow: m.Network.Allow,
 		Exec: sandbox.Exec{
@@ -118,6 +119,9 @@ func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		}
 		if len(pyArgs.Code) > maxCode || len(pyArgs.Files)+len(pyArgs.Inputs) > maxInputFiles || len(pyArgs.Outputs) > maxOutputFiles {
 			return tool.ErrorResult("run_python: code, files or outputs over the limit"), nil, nil
+		}
+		if msg := checkNames(pyArgs); msg != "" {
+			return tool.ErrorResult("run_python: %s", msg), nil, nil
 		}
 		req.Exec.Argv = []string{"python3", "-E", "-s", "main.py"}
 		req.Exec.Files = append(req.Exec.Files, sandbox.File{Path: "main.py", Data: []byte(pyArgs.Code)})
@@ -157,6 +161,47 @@ func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 		return pythonResult(c, pyArgs, m.MaxOutput()), info, nil
 	}
 	return genericResult(c, m), info, nil
+}
+
+// fileName is a workspace file name run_python accepts.
+var fileName = regexp.MustCompile(`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
+
+// checkNames refuses, as the model's error, file names that are not plain
+// relative paths in the workspace, that name main.py, or that two inputs
+// share: the model reads what was wrong instead of losing the sandbox.
+func checkNames(a PythonArgs) string {
+	seen := map[string]bool{"main.py": true}
+	check := func(kind, n string) string {
+		bad := len(n) > 200 || !fileName.MatchString(n)
+		for _, part := range strings.Split(n, "/") {
+			bad = bad || part == "." || part == ".."
+		}
+		switch {
+		case bad:
+			return fmt.Sprintf("%s name %q is not a relative path of letters, digits, '.', '_', '-' and '/'", kind, sandbox.Sanitize([]byte(n), 80, false, false).Text)
+		case seen[n]:
+			return fmt.Sprintf("%s name %q is main.py or already given", kind, n)
+		}
+		seen[n] = true
+		return ""
+	}
+	for _, kind := range []string{"files", "inputs"} {
+		m := a.Files
+		if kind == "inputs" {
+			m = a.Inputs
+		}
+		names := make([]string, 0, len(m))
+		for n := range m {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if msg := check(kind, n); msg != "" {
+				return msg
+			}
+		}
+	}
+	return ""
 }
 
 // readInputs resolves input handles into workspace files. A handle the run

@@ -445,9 +445,10 @@ func buildToolImage(t *testing.T) string {
 }
 
 // TestCredentialReachesOnlyItsCall: a call's credential reaches the tool's
-// program through its environment; the next call in the same sandbox does
-// not find it in the request file, and a tool of another connector runs in
-// another sandbox, so it cannot read what the first left behind either.
+// program through its environment; the tool's next call, in the same
+// sandbox, does not find it in its environment or request file; another
+// tool, even of the same connector, runs in another sandbox and cannot read
+// what the first left in its workspace.
 func TestCredentialReachesOnlyItsCall(t *testing.T) {
 	e2 := bwrapExecutor(t)
 	m := sandbox.NewManager(sandbox.ManagerOptions{Executors: map[int]sandbox.Executor{2: e2}, Warm: map[int]int{2: -1}})
@@ -457,7 +458,7 @@ func TestCredentialReachesOnlyItsCall(t *testing.T) {
 	mf := func(name, connector string) *tool.Manifest {
 		return manifest(t, fmt.Sprintf("name: %s\ndescription: d\nconnector: %s\ntier: 2\ntimeout_ms: 20000\nimage: %s\ninput_schema: {type: object}\nside_effects: none\n", name, connector, img))
 	}
-	crmA, crmB, billing := mf("crm_lookup", "crm"), mf("crm_notes", "crm"), mf("billing_lookup", "billing")
+	crmA, crmB := mf("crm_lookup", "crm"), mf("crm_notes", "crm")
 	r := toolrun.New(m, 2)
 	type report struct {
 		Cred            string `json:"cred"`
@@ -481,15 +482,39 @@ func TestCredentialReachesOnlyItsCall(t *testing.T) {
 	if first.Cred != "tok-FIRST" {
 		t.Fatalf("the tool did not get its credential: %+v", first)
 	}
-	second, i2 := do(crmB, "")
-	if second.Cred != "" || second.RequestHasFirst {
-		t.Fatalf("the next call in the sandbox sees the first call's credential: %+v", second)
+	again, i2 := do(crmA, "")
+	if again.Cred != "" || again.RequestHasFirst {
+		t.Fatalf("the tool's next call sees the first call's credential: %+v", again)
 	}
-	if i2.ID != i1.ID || second.Left != "tok-FIRST" {
-		t.Fatalf("tools of one connector in one run should share the session (ids %s %s, left %q)", i1.ID, i2.ID, second.Left)
+	if i2.ID != i1.ID || again.Left != "tok-FIRST" {
+		t.Fatalf("one tool's calls in one run should share its session (ids %s %s, left %q)", i1.ID, i2.ID, again.Left)
 	}
-	other, i3 := do(billing, "tok-BILLING")
-	if i3.ID == i1.ID || other.Left != "" || other.Cred != "tok-BILLING" {
-		t.Fatalf("another connector's tool shares the crm sandbox (ids %s %s) or reads its workspace: %+v", i1.ID, i3.ID, other)
+	other, i3 := do(crmB, "tok-NOTES")
+	if i3.ID == i1.ID || other.Left != "" || other.Cred != "tok-NOTES" {
+		t.Fatalf("another tool shares crm_lookup's sandbox (ids %s %s) or reads its workspace: %+v", i1.ID, i3.ID, other)
+	}
+}
+
+// Bad workspace file names are the model's error to read, refused before any
+// sandbox or handle is touched.
+func TestRunPythonRefusesBadFileNames(t *testing.T) {
+	m := sandbox.NewManager(sandbox.ManagerOptions{})
+	r := toolrun.New(m, 3)
+	mf := manifest(t, pythonManifest)
+	for _, args := range []map[string]any{
+		{"code": "1", "files": map[string]string{"../x": "a"}},
+		{"code": "1", "files": map[string]string{"/etc/passwd": "a"}},
+		{"code": "1", "files": map[string]string{"main.py": "import os"}},
+		{"code": "1", "files": map[string]string{"a/./b": "a"}},
+		{"code": "1", "files": map[string]string{"t.json": "a"}, "inputs": map[string]string{"t.json": "blob:" + strings.Repeat("a", 64)}},
+		{"code": "1", "inputs": map[string]string{"x\n\x1b[31m": "blob:" + strings.Repeat("a", 64)}},
+	} {
+		res, info, err := r.Execute(context.Background(), mf, call("run_names", args))
+		if err != nil || !res.IsError || info != nil || !strings.Contains(string(res.Output), "name") {
+			t.Errorf("%v: %v %s %v, want a name error before any sandbox", args, err, res.Output, info)
+		}
+		if strings.Contains(string(res.Output), "\x1b") {
+			t.Errorf("the error echoes an escape sequence: %q", res.Output)
+		}
 	}
 }

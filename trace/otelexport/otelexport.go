@@ -245,8 +245,9 @@ func Export(ctx context.Context, tp oteltrace.TracerProvider, evs []store.Event)
 }
 
 // sandboxAttrs are the host's measurements at the sandbox boundary of one
-// call. The sidecar (the sandbox's own claims) stays in the log: nothing that
-// comes out of a sandbox is trusted as telemetry.
+// call. What the sandbox claims (the sidecar, and exec_ms, which comes from
+// it) stays in the log: nothing that comes out of a sandbox is trusted as
+// telemetry.
 func sandboxAttrs(b *trace.SandboxInfo) []attribute.KeyValue {
 	if b == nil {
 		return nil
@@ -265,7 +266,6 @@ func sandboxAttrs(b *trace.SandboxInfo) []attribute.KeyValue {
 		attribute.Bool("agentplane.sandbox.downgraded", b.Downgraded),
 		attribute.String("agentplane.sandbox.lifecycle", b.Lifecycle),
 		attribute.Int64("agentplane.sandbox.provision_ms", b.ProvisionMS),
-		attribute.Int64("agentplane.sandbox.exec_ms", b.ExecMS),
 		attribute.Int64("agentplane.sandbox.wall_ms", b.WallMS),
 		attribute.String("agentplane.sandbox.outcome", b.Outcome),
 		attribute.Int("agentplane.sandbox.exit_code", b.ExitCode),

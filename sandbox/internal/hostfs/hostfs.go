@@ -15,8 +15,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -40,12 +42,32 @@ func NewID(prefix string) string {
 // processes on one host apart: one per sandbox uid in use and one per live
 // sandbox id. The kernel drops a process's locks when it dies, so a crash
 // frees them without cleanup.
-var LockDir = "/run/agentplane/locks"
+// It is not under a sandbox state directory: creating it must not leave a
+// parent that sandbox uids cannot traverse.
+var LockDir = "/run/agentplane-locks"
+
+// lockDir creates LockDir if needed and refuses one that is not a private
+// directory of this user (a symlink, or one others may write to, could let
+// another user steal or fake a lease).
+func lockDir() error {
+	if err := os.MkdirAll(LockDir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Lstat(LockDir)
+	if err != nil {
+		return err
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() || st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("lock directory %s must be a directory owned by uid %d with mode 0700 (is %v)", LockDir, os.Geteuid(), st.Mode())
+	}
+	return nil
+}
 
 // tryLock opens LockDir/name and takes an exclusive flock on it without
 // waiting. It returns nil and no error when another open file holds it.
 func tryLock(name string) (*os.File, error) {
-	if err := os.MkdirAll(LockDir, 0o700); err != nil {
+	if err := lockDir(); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(LockDir, name), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
@@ -91,18 +113,19 @@ func (l *Lease) Release() {
 
 // Owned reports whether a live process (this one included) holds the lease
 // on id. A sweep leaves owned sandboxes alone: they belong to another
-// process on the same host.
-func Owned(id string) bool {
+// process on the same host. When it cannot tell, it says owned (the sweep
+// then leaves the sandbox) and returns the reason.
+func Owned(id string) (bool, error) {
 	f, err := tryLock("sandbox-" + id)
 	if err != nil {
-		return true // cannot tell: do not touch it
+		return true, fmt.Errorf("sandbox lease of %s: %w", id, err)
 	}
 	if f == nil {
-		return true
+		return true, nil
 	}
 	_ = os.Remove(f.Name())
 	_ = f.Close()
-	return false
+	return false, nil
 }
 
 // UIDs hands out host uids from a range, one per live sandbox, so that two
@@ -118,7 +141,8 @@ type UIDs struct {
 // NewUIDs serves uids base..base+n-1.
 func NewUIDs(base, n int) *UIDs { return &UIDs{base: base, n: n, used: map[int]*os.File{}} }
 
-// Get returns a uid no other sandbox on the host holds.
+// Get returns a uid no other sandbox on the host holds and no process runs
+// as (a crashed process's sandbox may outlive its lock until a sweep).
 func (u *UIDs) Get() (int, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -131,10 +155,15 @@ func (u *UIDs) Get() (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("sandbox uid lock: %w", err)
 		}
-		if f != nil {
-			u.used[id] = f
-			return id, nil
+		if f == nil {
+			continue
 		}
+		if len(ProcessesOf(id)) > 0 {
+			_ = f.Close()
+			continue
+		}
+		u.used[id] = f
+		return id, nil
 	}
 	return 0, errors.New("sandbox: no free uid in the range")
 }
@@ -173,7 +202,22 @@ func PrepareState(state string) error {
 	if err := os.MkdirAll(state, 0o711); err != nil {
 		return err
 	}
-	return os.Chmod(state, 0o711)
+	if err := os.Chmod(state, 0o711); err != nil {
+		return err
+	}
+	// Every directory above it must let sandbox uids through.
+	for d := filepath.Dir(filepath.Clean(state)); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("sandbox state %s: sandbox uids cannot traverse %s (mode %v); make it o+x or put the state elsewhere", state, d, st.Mode().Perm())
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }
 
 // Create makes the directory of sandbox id under state, with a tmpfs
@@ -417,9 +461,12 @@ func ProcessesOf(uid int) []int {
 		}
 		for _, line := range strings.Split(string(data), "\n") {
 			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-				f := strings.Fields(rest)
-				if len(f) > 0 && f[0] == fmt.Sprint(uid) {
-					out = append(out, pid)
+				// Real, effective, saved and filesystem uid: any of them.
+				for _, f := range strings.Fields(rest) {
+					if f == strconv.Itoa(uid) {
+						out = append(out, pid)
+						break
+					}
 				}
 				break
 			}
