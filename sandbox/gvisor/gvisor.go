@@ -658,6 +658,12 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if timedOut && exit < 0 {
 		res.ExitCode, res.Signal = 137, "SIGKILL"
 	}
+	if !timedOut && !oom && lostControl(exit, stderr.Output().Tail) {
+		// runsc exec lost its control connection to the sandbox: what the
+		// program did is unknown, and so is the sandbox's state. It is not
+		// an exit status of the program; the manager does not reuse it.
+		res.Outcome, res.Signal = sandbox.OutcomeCrashed, ""
+	}
 	sc, err := sandbox.ReadSidecarFile(b.dir.SidecarPath())
 	if err != nil {
 		res.SidecarError = sandbox.Sanitize([]byte(err.Error()), 512, false, false).Text
@@ -665,6 +671,13 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 		res.Sidecar = sc
 	}
 	return res, nil
+}
+
+// lostControl recognises runsc exec's own failure to reach the sandbox
+// (it exits 128 and names the urpc method that failed), seen when the host
+// is saturated.
+func lostControl(exit int, stderrTail []byte) bool {
+	return exit == 128 && bytes.Contains(stderrTail, []byte("urpc method"))
 }
 
 // reap kills every process of the sandbox but its init, from inside.

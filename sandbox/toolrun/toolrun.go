@@ -336,6 +336,8 @@ func describe(outcome string) string {
 		return "was killed"
 	case sandbox.OutcomeNonZero:
 		return "failed"
+	case sandbox.OutcomeCrashed:
+		return "was cut off by a sandbox failure (its result is unknown; a new sandbox serves the next call)"
 	}
 	return strings.ReplaceAll(outcome, "_", " ")
 }
