@@ -18,7 +18,7 @@ import (
 
 func toRun(r *store.Run) Run {
 	out := Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: r.Agent, AgentVersion: r.AgentVersion, Mode: r.Mode,
-		Status: r.Status, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastEventID: r.LastSeq, ParentRunID: r.ParentRunID,
+		Status: r.Status, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, LastEventID: r.LastSeq, ParentRunID: r.ParentRunID, Bindings: r.Bindings,
 		Usage: Usage{Steps: r.Steps, InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CostMicros: r.CostMicros,
 			Currency: r.Currency, CostKnown: !r.CostUnknown}}
 	if store.Terminal(r.Status) {
@@ -109,7 +109,7 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 		return
 	}
 	run, replayed, err := s.createRun(r.Context(), p, key, body, platform.StartRequest{Agent: ref, Task: task,
-		Tenant: p.Tenant, User: p.User, Mode: req.Mode})
+		Tenant: p.Tenant, User: p.User, Mode: req.Mode, Bindings: req.Bindings})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -153,6 +153,27 @@ func TestIdempotencyKey(t *testing.T) {
 
 // TestStreamRun: mode stream answers with the run's events as SSE, ids are
 // the log's sequence numbers, and the stream ends after the terminal event.
+// Run bindings over HTTP: recorded and returned; malformed ones are 422.
+func TestRunBindingsOverHTTP(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	res := f.do(priya, "POST", "/v1/runs", `{"agent":"card-dispute-assistant","input":"`+demoTask+`","mode":"async","bindings":{"customer_id":"c_88213"}}`)
+	var r api.Run
+	res.decode(t, &r)
+	if res.status != http.StatusAccepted || r.Bindings["customer_id"] != "c_88213" {
+		t.Fatalf("create: %s", res)
+	}
+	got := f.do(priya, "GET", "/v1/runs/"+r.ID, "")
+	var r2 api.Run
+	got.decode(t, &r2)
+	if r2.Bindings["customer_id"] != "c_88213" {
+		t.Fatalf("get: %s", got)
+	}
+	bad := f.do(priya, "POST", "/v1/runs", `{"agent":"card-dispute-assistant","input":"x","mode":"async","bindings":{"customer id":"c_1"}}`)
+	if bad.status != http.StatusUnprocessableEntity || !strings.Contains(string(bad.body), "run bindings refused") {
+		t.Fatalf("malformed binding: %s", bad)
+	}
+}
+
 func TestStreamRun(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	req, _ := http.NewRequest("POST", f.http.URL+"/v1/runs",

@@ -144,6 +144,8 @@ type Run struct {
 	Output      string     `json:"output,omitempty"`
 	LastEventID int64      `json:"last_event_id"`
 	ParentRunID string     `json:"parent_run_id,omitempty"`
+	// Bindings are the argument values the run may act on.
+	Bindings map[string]string `json:"bindings,omitempty"`
 	// PendingApprovals lists the approvals a waiting run waits for.
 	PendingApprovals []Approval `json:"pending_approvals,omitempty"`
 }
@@ -167,6 +169,11 @@ type CreateRunRequest struct {
 	Input   string          `json:"input"`
 	// Context is structured input appended to the task as JSON.
 	Context map[string]any `json:"context,omitempty"`
+	// Bindings narrow what the run may act on: every call that names one
+	// of these arguments must name this value (for example
+	// {"customer_id": "c_88213"}). They may narrow the caller's own
+	// bindings, never contradict them (422).
+	Bindings map[string]string `json:"bindings,omitempty"`
 	// Mode is stream (answer with an SSE stream; an interactive run) or
 	// async (answer 202; a background run). Default async.
 	Mode string `json:"mode,omitempty"`

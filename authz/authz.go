@@ -27,6 +27,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
@@ -47,6 +48,40 @@ type Principal struct {
 	// Bindings map argument names to the only value the user's calls may
 	// pass for them.
 	Bindings map[string]string
+}
+
+// CheckRunBindings validates a run's bindings (the argument values one run
+// may act on, such as the customer a ticket is about) and checks them
+// against p's own: a run may narrow what its user may touch, never widen it.
+func CheckRunBindings(p *Principal, run map[string]string) error {
+	if len(run) > maxRunBindings {
+		return fmt.Errorf("at most %d run bindings", maxRunBindings)
+	}
+	var errs []error
+	for _, k := range sortedKeys(run) {
+		v := run[k]
+		if !reArgName.MatchString(k) {
+			errs = append(errs, fmt.Errorf("run binding %q: want an argument name", k))
+		}
+		if v == "" || len(v) > maxBindingValue || strings.ContainsFunc(v, unicode.IsControl) {
+			errs = append(errs, fmt.Errorf("run binding %s: want a value of 1 to %d bytes without control characters", k, maxBindingValue))
+		}
+		if p != nil {
+			if own, ok := p.Bindings[k]; ok && own != v {
+				errs = append(errs, fmt.Errorf("user %q may only act on %s %s, so a run cannot be bound to %s %s", p.User, k, own, k, v))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// AuthorizeRun checks a call's arguments against the run's own bindings:
+// a call that names a bound argument must name the bound value. It returns
+// nil or a *Denied.
+func AuthorizeRun(run map[string]string, args json.RawMessage) error {
+	return matchBindings(run, args, func(k, v string, raw json.RawMessage) string {
+		return fmt.Sprintf("this run may only act on %s %s (bound when it started), and this call names %s", k, v, bytes.TrimSpace(raw))
+	})
 }
 
 // HasScope reports whether p holds scope.
@@ -78,6 +113,7 @@ var (
 
 const (
 	maxEntries      = 256
+	maxRunBindings  = 16
 	maxBindingValue = 256
 )
 
@@ -159,7 +195,15 @@ func Authorize(tenant, user string, p *Principal, m *tool.Manifest, args json.Ra
 				user, plural(len(missing), "scope", "scopes"), strings.Join(missing, ", "), m.Name)}
 		}
 	}
-	if len(p.Bindings) == 0 {
+	return matchBindings(p.Bindings, args, func(k, v string, raw json.RawMessage) string {
+		return fmt.Sprintf("user %q may only act on %s %s, and this call names %s", user, k, v, bytes.TrimSpace(raw))
+	})
+}
+
+// matchBindings refuses args whose top-level value for a bound name is not
+// the bound string.
+func matchBindings(bindings map[string]string, args json.RawMessage, reason func(k, v string, raw json.RawMessage) string) error {
+	if len(bindings) == 0 {
 		return nil
 	}
 	top, err := topLevel(args)
@@ -168,14 +212,14 @@ func Authorize(tenant, user string, p *Principal, m *tool.Manifest, args json.Ra
 		// it; there is nothing here a binding could match.
 		return nil
 	}
-	for _, k := range sortedKeys(p.Bindings) {
+	for _, k := range sortedKeys(bindings) {
 		raw, ok := top[k]
 		if !ok {
 			continue
 		}
 		var got string
-		if err := json.Unmarshal(raw, &got); err != nil || got != p.Bindings[k] {
-			return &Denied{Reason: fmt.Sprintf("user %q may only act on %s %s, and this call names %s", user, k, p.Bindings[k], bytes.TrimSpace(raw))}
+		if err := json.Unmarshal(raw, &got); err != nil || got != bindings[k] {
+			return &Denied{Reason: reason(k, bindings[k], raw)}
 		}
 	}
 	return nil

@@ -138,6 +138,9 @@ type RunState struct {
 	// (allowed, or approved), in order. Per-run rate limits count them and
 	// policies read their totals. The broker only reads it.
 	Allowed []PriorCall
+	// Bindings are the run's own argument bindings (as its run_started
+	// event recorded them), which narrow the user's.
+	Bindings map[string]string
 }
 
 // PriorCall is an earlier call of the run that ran.

@@ -52,6 +52,9 @@ func (b *Broker) decide(ctx context.Context, p Proposal) trace.Decision {
 	if err := authz.Authorize(p.Tenant, p.User, principal, m, p.Args); err != nil {
 		return b.deny(ControlAuthz, "", "%v", err)
 	}
+	if err := authz.AuthorizeRun(p.Run.Bindings, p.Args); err != nil {
+		return b.deny(ControlAuthz, "", "%v", err)
+	}
 
 	// 3. Arguments against the manifest's schema.
 	if err := m.ValidateArgs(p.Args); err != nil {

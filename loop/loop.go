@@ -317,6 +317,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
 			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
 			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: a.Compaction, Temperature: a.Temperature,
+			Bindings: run.Bindings,
 		})
 	})
 	if err != nil {
@@ -380,7 +381,7 @@ func (st *state) runState() broker.RunState {
 		calls[k] = v
 	}
 	return broker.RunState{Tainted: st.tainted, Steps: st.steps, CostMicros: st.cost, Currency: st.budgets.MaxCost.Currency, Calls: calls,
-		Allowed: st.allowed}
+		Allowed: st.allowed, Bindings: st.started.Bindings}
 }
 
 func (st *state) exceeded(elapsedMS int64) *trace.Budget {

@@ -71,6 +71,9 @@ type Run struct {
 	Result string
 	// ParentRunID links a replay to the run it replays.
 	ParentRunID string
+	// Bindings are argument values this run may act on (for example
+	// customer_id), on top of its user's own; set at creation.
+	Bindings map[string]string
 	// Lease state.
 	LeaseOwner   string
 	LeaseExpires time.Time

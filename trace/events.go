@@ -125,6 +125,10 @@ type RunStarted struct {
 	// Temperature is the sampling temperature the agent version asks for
 	// (nil: the provider's default).
 	Temperature *float64 `json:"temperature,omitempty"`
+	// Bindings are the argument values this run may act on (for example
+	// the customer a ticket is about), narrowing its user's; every call is
+	// checked against them.
+	Bindings map[string]string `json:"bindings,omitempty"`
 }
 
 // CompactionPolicy is the agent version's compaction settings as pinned by

@@ -90,14 +90,16 @@ func (c *command) remoteRun(cl *apiclient.Client, args []string) error {
 	asJSON := fs.Bool("json", false, "print events as JSON lines")
 	detach := fs.Bool("detach", false, "start an async run, print its id and return")
 	key := fs.String("idempotency-key", "", "makes a retried command return the same run")
+	binds := bindFlag{}
+	fs.Var(binds, "bind", "NAME=VALUE: every tool call naming argument NAME must name VALUE (repeatable)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || *task == "" {
-		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--version V] [--json] [--detach]"}
+		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--version V] [--bind NAME=VALUE] [--json] [--detach]"}
 	}
-	req := apiclient.CreateRunRequest{Agent: pos[0], Input: *task}
+	req := apiclient.CreateRunRequest{Agent: pos[0], Input: *task, Bindings: binds.orNil()}
 	if _, err := strconv.Atoi(*version); err == nil {
 		req.Version = json.RawMessage(*version)
 	} else if *version != "" {

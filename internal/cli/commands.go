@@ -148,12 +148,14 @@ func (c *command) run(args []string) error {
 	asJSON := fs.Bool("json", false, "print events as JSON lines")
 	script := fs.String("script", "", "scripted model turns YAML, served for every scripted alias")
 	detach := fs.Bool("detach", false, "queue the run and print its id; a worker executes it")
+	binds := bindFlag{}
+	fs.Var(binds, "bind", "NAME=VALUE: every tool call naming argument NAME must name VALUE (repeatable; e.g. --bind customer_id=c_88213)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || *task == "" {
-		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--user U] [--tenant T] [--json]"}
+		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json]"}
 	}
 	if *user == "" {
 		*user = "local"
@@ -175,7 +177,7 @@ func (c *command) run(args []string) error {
 			return err
 		}
 	}
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream"})
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream", Bindings: binds.orNil()})
 	if err != nil {
 		return err
 	}
@@ -390,4 +392,28 @@ func replayLabel(ctx context.Context, p *platform.Platform, r *store.Run) string
 		}
 	}
 	return "replay of " + r.ParentRunID
+}
+
+// bindFlag collects repeated --bind NAME=VALUE flags.
+type bindFlag map[string]string
+
+func (b bindFlag) String() string { return "" }
+
+func (b bindFlag) Set(v string) error {
+	k, val, ok := splitAssign(v)
+	if !ok {
+		return fmt.Errorf("want NAME=VALUE, got %q", v)
+	}
+	if _, dup := b[k]; dup {
+		return fmt.Errorf("%s is bound twice", k)
+	}
+	b[k] = val
+	return nil
+}
+
+func (b bindFlag) orNil() map[string]string {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }

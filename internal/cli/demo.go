@@ -148,7 +148,9 @@ func (c *command) demo(args []string) error {
 // playDemoRun starts a demo run, prints its timeline as it executes and,
 // while it waits for approvals, approves them as the demo's supervisor.
 func (c *command) playDemoRun(p *platform.Platform, agentRef, task string) (*store.Run, *store.Run, error) {
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: DemoTenant, User: DemoUser, Mode: "stream"})
+	// The ticket is about one customer: the run may act on no other.
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: DemoTenant, User: DemoUser, Mode: "stream",
+		Bindings: map[string]string{"customer_id": bank.CustomerID}})
 	if err != nil {
 		return nil, nil, err
 	}

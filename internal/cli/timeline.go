@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"unicode"
 
@@ -67,6 +68,18 @@ func (t *timeline) event(ev *store.Event) {
 		t.currency = b.MaxCost.Currency
 		fmt.Fprintf(w, "run %s  %s@%d  tenant=%s user=%s  model=%s\n", ev.RunID, p.Agent, p.AgentVersion, p.Tenant, p.User, p.ModelAlias)
 		fmt.Fprintf(w, "  task    %s\n", clean(p.Task, 200))
+		if len(p.Bindings) > 0 {
+			keys := make([]string, 0, len(p.Bindings))
+			for k := range p.Bindings {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var parts []string
+			for _, k := range keys {
+				parts = append(parts, k+"="+p.Bindings[k])
+			}
+			fmt.Fprintf(w, "  bound   %s (every tool call naming these arguments must name these values)\n", clean(strings.Join(parts, " "), 300))
+		}
 	case trace.EvStepStarted:
 		fmt.Fprintf(w, "  step %d\n", ev.Step)
 	case trace.EvModelCall:

@@ -329,7 +329,16 @@ type StartRequest struct {
 	User   string
 	Mode   string // stream | async
 	ID     string // optional, for idempotent creation
+	// Bindings narrow what the run may act on: a call naming one of these
+	// arguments must name this value (customer_id=c_88213 keeps a ticket's
+	// run on the ticket's customer). They may narrow the user's own
+	// bindings, never contradict them.
+	Bindings map[string]string
 }
+
+// ErrBadBindings is returned by StartRun for run bindings that are malformed
+// or contradict the user's own.
+var ErrBadBindings = errors.New("run bindings refused")
 
 // StartRun resolves the agent reference, pins the version and queues the run.
 func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, error) {
@@ -348,12 +357,25 @@ func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, er
 	if r.ID == "" {
 		r.ID = NewRunID()
 	}
+	if len(r.Bindings) > 0 {
+		var pr *authz.Principal
+		if p.Principals != nil {
+			var err error
+			pr, err = p.Principals.Principal(ctx, r.Tenant, r.User)
+			if err != nil && !errors.Is(err, authz.ErrUnknownUser) {
+				return nil, fmt.Errorf("start run: %w", err)
+			}
+		}
+		if err := authz.CheckRunBindings(pr, r.Bindings); err != nil {
+			return nil, fmt.Errorf("start run: %w: %w", ErrBadBindings, err)
+		}
+	}
 	d, version, err := p.Registry.Resolve(ctx, r.Agent, r.ID)
 	if err != nil {
 		return nil, err
 	}
 	run := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: d.Agent, AgentVersion: version,
-		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency}
+		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency, Bindings: r.Bindings}
 	if err := p.Store.CreateRun(ctx, run); err != nil {
 		return nil, err
 	}

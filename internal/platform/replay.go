@@ -84,7 +84,7 @@ func (p *Platform) Replay(ctx context.Context, r ReplayRequest) (*store.Run, err
 	if err := p.Store.SendSignal(ctx, &store.Signal{RunID: r.ID, Kind: SignalReplay, Payload: spec}); err != nil {
 		return nil, err
 	}
-	run := &store.Run{ID: r.ID, Tenant: orig.Tenant, User: orig.User, Agent: agentName, AgentVersion: version,
+	run := &store.Run{ID: r.ID, Tenant: orig.Tenant, User: orig.User, Agent: agentName, AgentVersion: version, Bindings: orig.Bindings,
 		Task: orig.Task, Mode: orig.Mode, Status: store.StatusQueued, Currency: orig.Currency, ParentRunID: orig.ID}
 	if err := p.Store.CreateRun(ctx, run); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 const runCols = `id, tenant, user_id, agent, agent_version, task, mode, status, created_at, updated_at, wake_at,
  last_seq, steps, input_tokens, output_tokens, cost_micros, currency, cost_unknown, result, parent_run_id,
- lease_owner, lease_expires, lease_epoch`
+ lease_owner, lease_expires, lease_epoch, bindings`
 
 type scanner interface{ Scan(...any) error }
 
@@ -21,11 +22,17 @@ func scanRun(sc scanner) (*store.Run, error) {
 	var r store.Run
 	var created, updated, wake, leaseExp int64
 	var unknown int
+	var bindings string
 	err := sc.Scan(&r.ID, &r.Tenant, &r.User, &r.Agent, &r.AgentVersion, &r.Task, &r.Mode, &r.Status,
 		&created, &updated, &wake, &r.LastSeq, &r.Steps, &r.InputTokens, &r.OutputTokens, &r.CostMicros,
-		&r.Currency, &unknown, &r.Result, &r.ParentRunID, &r.LeaseOwner, &leaseExp, &r.LeaseEpoch)
+		&r.Currency, &unknown, &r.Result, &r.ParentRunID, &r.LeaseOwner, &leaseExp, &r.LeaseEpoch, &bindings)
 	if err != nil {
 		return nil, err
+	}
+	if bindings != "" {
+		if err := json.Unmarshal([]byte(bindings), &r.Bindings); err != nil {
+			return nil, fmt.Errorf("run %s bindings: %w", r.ID, err)
+		}
 	}
 	r.CreatedAt, r.UpdatedAt, r.WakeAt, r.LeaseExpires = fromMicros(created), fromMicros(updated), fromMicros(wake), fromMicros(leaseExp)
 	r.CostUnknown = unknown != 0
@@ -46,10 +53,18 @@ func (s *Store) CreateRun(ctx context.Context, r *store.Run) error {
 		r.CreatedAt = now
 	}
 	r.UpdatedAt = now
+	bindings := ""
+	if len(r.Bindings) > 0 {
+		b, err := json.Marshal(r.Bindings) // map keys sorted: canonical
+		if err != nil {
+			return err
+		}
+		bindings = string(b)
+	}
 	_, err := s.w.ExecContext(ctx, `INSERT INTO runs(id, tenant, user_id, agent, agent_version, task, mode, status,
-		created_at, updated_at, currency, parent_run_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		created_at, updated_at, currency, parent_run_id, bindings) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		r.ID, r.Tenant, r.User, r.Agent, r.AgentVersion, r.Task, r.Mode, r.Status,
-		micros(now), micros(now), r.Currency, r.ParentRunID)
+		micros(now), micros(now), r.Currency, r.ParentRunID, bindings)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
 		return fmt.Errorf("create run %s: %w", r.ID, store.ErrConflict)
 	}

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -15,13 +16,14 @@ func testRuns(t *testing.T, newStore func(*testing.T) store.Store) {
 			ID: "run-1", Tenant: "acme", User: "alice", Agent: "support", AgentVersion: 3,
 			Task: "refund order 42", Mode: modeAsync, Status: store.StatusQueued,
 			CreatedAt: Base.Add(123456789 * time.Nanosecond), ParentRunID: "run-0",
+			Bindings: map[string]string{"customer_id": "c_88213", "region": "in"},
 		}
 		in := *want
 		ok(t, "CreateRun", s.CreateRun(t.Context(), &in))
 		got := getRun(t, s, "run-1")
 		if got.ID != want.ID || got.Tenant != want.Tenant || got.User != want.User || got.Agent != want.Agent ||
 			got.AgentVersion != want.AgentVersion || got.Task != want.Task || got.Mode != want.Mode ||
-			got.Status != store.StatusQueued || got.ParentRunID != want.ParentRunID {
+			got.Status != store.StatusQueued || got.ParentRunID != want.ParentRunID || !maps.Equal(got.Bindings, want.Bindings) {
 			t.Fatalf("GetRun = %+v\nwant %+v", got, want)
 		}
 		if !got.CreatedAt.Equal(want.CreatedAt.Truncate(time.Microsecond)) {
