@@ -96,7 +96,7 @@ func (b *Broker) credential(ctx context.Context, m *tool.Manifest, call tool.Cal
 		TTL: msDuration(int64(m.TimeoutMS) + credentialSlack)})
 	switch {
 	case errors.Is(err, secrets.ErrNotFound):
-		return nil, fmt.Errorf("%s needs a credential for connector %s, and tenant %s has none configured; an administrator must store one (agentplane secrets set)",
+		return nil, fmt.Errorf("%s needs a credential for connector %s, and tenant %s has none configured; an administrator must store one (agentplane users secret set TENANT CONNECTOR --random, or from stdin)",
 			m.Name, aud, call.Tenant)
 	case err != nil:
 		b.o.Logger.Error("credential broker failed", "tool", m.Name, "run", call.RunID, "err", b.redactR.Error(err))

@@ -35,3 +35,4 @@ fi
 # this checkout each time.
 CGO_ENABLED=0 go build -trimpath -o "$TOOLS/bin/agentplane-guest" ./sandbox/guest
 export AGENTPLANE_RUNSC="$TOOLS/bin/runsc"
+echo "sandbox tools ready: runsc and agentplane-guest in $TOOLS/bin (bubblewrap, setpriv and python3 from Debian); agentplane demo finds them there"

@@ -27,13 +27,8 @@ const (
 	analysisSeed = 2026
 )
 
-// analysisFiles are written into DATA/demo under these names.
-var analysisFiles = map[string]string{
-	"analysis/agent.yaml":      "analysis-agent.yaml",
-	"analysis/turns.yaml":      "analysis-turns.yaml",
-	"analysis/models.yaml":     "analysis-models.yaml",
-	"analysis/run_python.yaml": "run_python.yaml",
-}
+// analysisFiles are written into DATA/demo/analysis under their own names.
+var analysisFiles = []string{"agent.yaml", "turns.yaml", "models.yaml", "run_python.yaml"}
 
 // toolsDir is where scripts/sandboxes.sh puts runsc and the sandbox guest.
 func toolsDir() string {
@@ -80,23 +75,27 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	default:
 		return exitCode{2, fmt.Sprintf("demo: --analysis must be auto, on or off, not %q", mode)}
 	}
-	if !findSandbox(&cm) && mode == "auto" {
+	found := findSandbox(&cm)
+	if !found && mode == "auto" {
 		fmt.Fprintf(c.out, "\nAnalysis step skipped: run_python runs model-written Python in a tier-3 (gVisor) sandbox, and none was found.\n"+
 			"  ./scripts/sandboxes.sh builds runsc and the sandbox guest into %s; run the demo again as root afterwards,\n"+
 			"  or pass --analysis on to watch the tool fail closed.\n", filepath.Join(toolsDir(), "bin"))
 		return nil
 	}
-	fdir := filepath.Join(cm.data, "demo")
-	for src, dst := range analysisFiles {
-		data, err := carddispute.ReadFile(src)
+	fdir := filepath.Join(cm.data, "demo", "analysis")
+	if err := os.MkdirAll(fdir, 0o700); err != nil {
+		return err
+	}
+	for _, name := range analysisFiles {
+		data, err := carddispute.ReadFile("analysis/" + name)
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(fdir, dst), data, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(fdir, name), data, 0o600); err != nil {
 			return err
 		}
 	}
-	cm.models = filepath.Join(fdir, "analysis-models.yaml")
+	cm.models = filepath.Join(fdir, "models.yaml")
 	p, err := c.open(&cm, nil)
 	if err != nil {
 		return err
@@ -105,7 +104,7 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	if _, err := p.ApplyTools(c.ctx, filepath.Join(fdir, "run_python.yaml")); err != nil {
 		return err
 	}
-	d, err := agent.LoadDefinitionFile(filepath.Join(fdir, "analysis-agent.yaml"))
+	d, err := agent.LoadDefinitionFile(filepath.Join(fdir, "agent.yaml"))
 	if err != nil {
 		return err
 	}
@@ -124,7 +123,11 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	if err := c.printAnalysis(p, run.ID); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "  agentplane trace %s --data %s\n", run.ID, cm.data)
+	fmt.Fprintf(c.out, "  agentplane trace %s --data %s\n", run.ID, shellQuote(cm.data))
+	if !found {
+		fmt.Fprintf(c.out, "\nAs expected without a sandbox: run_python refused to run at a weaker tier, and the scripted model, which has no answer without its result, ended the run %s.\n", final.Status)
+		return nil
+	}
 	if final.Status != store.StatusCompleted {
 		return exitCode{1, fmt.Sprintf("analysis run ended %s", final.Status)}
 	}

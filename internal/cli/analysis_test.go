@@ -27,11 +27,11 @@ func TestDemoAnalysisStep(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{
-		"1 refunds issued (12499 INR)",
-		"(truncated: model sees a handle + preview)",
+		"1 refund issued (12499 INR)",
+		"(too large for the context: the model sees handle blob:",
 		"sandbox gvisor tier 3",
 		"Python compared 30011 transactions and found 25 duplicate group(s)",
-		"(gvisor) destroyed by caller after 1 use(s): run ended",
+		"(gvisor) destroyed by the platform after 1 call(s): run ended",
 		"txn_1001 and txn_1002",
 	} {
 		if !strings.Contains(s, want) {

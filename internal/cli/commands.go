@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -197,14 +198,14 @@ func (c *command) run(args []string) error {
 		}
 		for _, a := range pend {
 			if a.Run.ID == run.ID {
-				fmt.Fprintf(c.out, "\nrun %s waits for approval %s (group %s): %s\n  decide: agentplane approve|reject %s --as USER\n  then:   agentplane worker --until-idle\n",
-					run.ID, a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200), a.Request.ApprovalID)
+				fmt.Fprintf(c.out, "\nrun %s waits for approval %s (group %s): %s\n  decide: agentplane approve|reject %s --as USER%s\n  then:   agentplane worker --until-idle%s\n",
+					run.ID, a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200), a.Request.ApprovalID, dataFlag(&cm), dataFlag(&cm)+modelsFlag(&cm))
 			}
 		}
 		return exitCode{3, ""}
 	}
 	if !*asJSON {
-		fmt.Fprintf(c.out, "\ninspect: agentplane trace %s   verify: agentplane trace verify %s\n", run.ID, run.ID)
+		fmt.Fprintf(c.out, "\ninspect: agentplane trace %s%s   verify: agentplane trace verify %s%s\n", run.ID, dataFlag(&cm), run.ID, dataFlag(&cm))
 	}
 	if final.Status != store.StatusCompleted {
 		return exitCode{1, fmt.Sprintf("run %s ended %s", run.ID, final.Status)}
@@ -379,7 +380,38 @@ func (c *command) worker(args []string) error {
 	defer p.Close()
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return p.Engine.Work(ctx, engine.WorkOptions{Concurrency: *conc, UntilIdle: *untilIdle})
+	// What there is to do, to report on afterwards.
+	var pending []*store.Run
+	for _, st := range []string{store.StatusQueued, store.StatusRunning, store.StatusWaiting} {
+		rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{Status: st})
+		if err != nil {
+			return err
+		}
+		pending = append(pending, rs...)
+	}
+	if !*untilIdle {
+		fmt.Fprintf(c.out, "worker: %d runs queued, running or waiting; working until interrupted\n", len(pending))
+	}
+	if err := p.Engine.Work(ctx, engine.WorkOptions{Concurrency: *conc, UntilIdle: *untilIdle}); err != nil {
+		return err
+	}
+	for _, r := range pending {
+		now, err := p.Store.GetRun(c.ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if now.Status == r.Status && now.LastSeq == r.LastSeq {
+			continue // a waiting run nothing woke
+		}
+		line := fmt.Sprintf("run %s  %s@%d  %s", now.ID, now.Agent, now.AgentVersion, now.Status)
+		if now.Status == store.StatusWaiting {
+			line += "  (agentplane approvals lists what it waits for)"
+		} else if now.Status == store.StatusFailed && now.Result != "" {
+			line += "  " + clean(now.Result, 160)
+		}
+		fmt.Fprintln(c.out, line)
+	}
+	return nil
 }
 
 // replayLabel says what a replay run replays and in which determinism mode.
@@ -416,4 +448,31 @@ func (b bindFlag) orNil() map[string]string {
 		return nil
 	}
 	return b
+}
+
+// dataFlag and modelsFlag repeat the flags a follow-up command needs, for
+// hints a user copies (nothing when the default is in effect).
+func dataFlag(cm *common) string {
+	if cm.data == "" || cm.data == ".agentplane" || cm.data == os.Getenv("AGENTPLANE_DATA") {
+		return ""
+	}
+	return " --data " + shellQuote(cm.data)
+}
+
+func modelsFlag(cm *common) string {
+	if cm.models == "" {
+		return ""
+	}
+	return " --models " + shellQuote(cm.models)
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == ':' || r == '@' || r == '=' || r == '+' || r == ',' ||
+			(r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -182,13 +182,22 @@ func (c *command) playDemoRun(p *platform.Platform, agentRef, task string) (*sto
 	return run, final, nil
 }
 
+// count says n things, in the singular for one.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
 func printBank(c *command, b *bank.Bank) error {
 	ct, err := b.Counters(c.ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.out, "\nBank state: %d disputes raised, %d refunds issued (%s INR), %d emails drafted, %d emails sent, %d repeated calls suppressed by idempotency key\n",
-		ct.DisputesRaised, ct.RefundsIssued, bank.FormatRupees(ct.RefundedPaise), ct.EmailsDrafted, ct.EmailsSent, ct.DuplicateCallsSuppressed)
+	fmt.Fprintf(c.out, "\nBank state: %s raised, %s issued (%s INR), %s drafted, %s sent, %s suppressed by idempotency key\n",
+		count(ct.DisputesRaised, "dispute"), count(ct.RefundsIssued, "refund"), bank.FormatRupees(ct.RefundedPaise),
+		count(ct.EmailsDrafted, "email"), count(ct.EmailsSent, "email"), count(ct.DuplicateCallsSuppressed, "repeated call"))
 	return nil
 }
 
@@ -198,14 +207,28 @@ func (c *command) bankCmd(args []string) error {
 	fs := c.flags("bank", &cm)
 	check := fs.Bool("check-one-refund-per-run", false, "exit non-zero unless every completed run issued exactly one refund")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	customer := fs.String("customer", bank.CustomerID, "generate: the customer to add transactions to")
+	n := fs.Int("count", analysisRows, "generate: how many transactions")
+	seed := fs.Int64("seed", analysisSeed, "generate: the seed (the same seed and count add nothing twice)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 1 || (len(pos) == 1 && pos[0] != "generate") {
+		return exitCode{2, "usage: agentplane bank [--json] [--check-one-refund-per-run]\n       agentplane bank generate [--customer ID] [--count N] [--seed S]   (a year of synthetic card transactions, for the analysis agent)"}
 	}
 	p, err := c.open(&cm, nil)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if len(pos) == 1 {
+		if err := p.Bank.GenerateTransactions(c.ctx, *customer, *n, *seed); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "%d synthetic transactions of %s (seed %d) are in the bank\n", *n, *customer, *seed)
+		return nil
+	}
 	if *asJSON {
 		ct, err := p.Bank.Counters(c.ctx)
 		if err != nil {

@@ -86,7 +86,7 @@ func (t *timeline) event(ev *store.Event) {
 		var p trace.ModelCall
 		_ = json.Unmarshal(ev.Payload, &p)
 		if p.Error != "" {
-			fmt.Fprintf(w, "    model  %s  error: %s\n", p.Alias, clean(p.Error, 200))
+			fmt.Fprintf(w, "    model  %s  error: %s\n", p.Alias, clean(p.Error, 600))
 			return
 		}
 		cost := "cost unknown"
@@ -127,12 +127,16 @@ func (t *timeline) event(ev *store.Event) {
 			extra = "  [replay: " + p.Replayed + "]"
 		}
 		if p.Truncated {
-			extra = "  (truncated: model sees a handle + preview)"
+			extra = "  (too large for the context: the model sees handle blob:" + clean(p.Output.Blob, 12) + "… and a preview)"
 		}
-		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, clean(out, 100), extra)
+		show := 100
+		if p.Status != trace.StatusOK {
+			show = 400 // a refusal or an error is worth reading whole
+		}
+		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, clean(out, show), extra)
 		if b := p.Sandbox; b != nil {
-			fmt.Fprintf(w, "    sandbox %s tier %d (%s) %s: provision %dms, exec %dms, wall %dms, %s exit %d, out %dB",
-				b.Executor, b.Tier, clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.ExecMS, b.WallMS, b.Outcome, b.ExitCode, b.StdoutBytes)
+			fmt.Fprintf(w, "    sandbox %s tier %d (%s) %s: provision %dms, wall %dms (host-measured; %dms by the sandbox's own clock), %s exit %d, out %dB",
+				b.Executor, b.Tier, clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.WallMS, b.ExecMS, b.Outcome, b.ExitCode, b.StdoutBytes)
 			if b.Downgraded {
 				fmt.Fprintf(w, ", DOWNGRADED from tier %d", b.RequestedTier)
 			}
@@ -173,7 +177,11 @@ func (t *timeline) event(ev *store.Event) {
 		var p trace.SandboxTeardowns
 		_ = json.Unmarshal(ev.Payload, &p)
 		for _, t := range p.Sandboxes {
-			fmt.Fprintf(w, "  sandbox %s (%s) destroyed by %s after %d use(s): %s", clean(t.ID, 40), t.Executor, t.By, t.Uses, clean(t.Reason, 80))
+			by := map[string]string{"caller": "the platform", "reaper": "the reaper (idle too long)", "nobody": "a startup sweep"}[t.By]
+			if by == "" {
+				by = clean(t.By, 20)
+			}
+			fmt.Fprintf(w, "  sandbox %s (%s) destroyed by %s after %d call(s): %s", clean(t.ID, 40), t.Executor, by, t.Uses, clean(t.Reason, 80))
 			if t.Err != "" {
 				fmt.Fprintf(w, " [error: %s]", clean(t.Err, 160))
 			}

@@ -27,7 +27,7 @@ func BenchmarkAnalysisStep(b *testing.B) {
 	runsc := sandboxtest.Runsc(b)
 	ctx := context.Background()
 	dir := b.TempDir()
-	for src, dst := range map[string]string{"analysis/agent.yaml": "agent.yaml", "analysis/turns.yaml": "analysis-turns.yaml",
+	for src, dst := range map[string]string{"analysis/agent.yaml": "agent.yaml", "analysis/turns.yaml": "turns.yaml",
 		"analysis/models.yaml": "models.yaml", "analysis/run_python.yaml": "run_python.yaml", "tools.yaml": "tools.yaml"} {
 		data, err := carddispute.ReadFile(src)
 		if err != nil {
