@@ -110,7 +110,11 @@ type SandboxEnder interface {
 }
 
 // Loop runs agents. Safe for concurrent use by many runs.
-type Loop struct{ o Options }
+type Loop struct {
+	o Options
+	// manifests parses each pinned manifest once (resumes load them again).
+	manifests tool.ManifestCache
+}
 
 // New validates options and returns a Loop.
 func New(o Options) (*Loop, error) {
@@ -372,7 +376,7 @@ func (l *Loop) loadManifest(ctx context.Context, ref trace.ToolRef) (*tool.Manif
 	if err != nil {
 		return nil, fmt.Errorf("pinned tool %s: %w", ref.Name, err)
 	}
-	return tool.ManifestFromJSON(rec.Manifest)
+	return l.manifests.FromJSON(rec.Manifest)
 }
 
 func (st *state) runState() broker.RunState {

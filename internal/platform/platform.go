@@ -87,6 +87,8 @@ type Platform struct {
 	// Secrets holds the connector secrets the broker mints credentials from.
 	Secrets secrets.Store
 	log     *slog.Logger
+	// manifests parses each stored tool manifest once.
+	manifests tool.ManifestCache
 }
 
 // Open starts the platform's components (no background workers).
@@ -232,7 +234,7 @@ func (p *Platform) ToolSet(ctx context.Context) (*tool.Set, error) {
 	}
 	ms := make([]*tool.Manifest, 0, len(recs))
 	for _, r := range recs {
-		m, err := tool.ManifestFromJSON(r.Manifest)
+		m, err := p.manifests.FromJSON(r.Manifest)
 		if err != nil {
 			return nil, fmt.Errorf("stored tool %s: %w", r.Name, err)
 		}
