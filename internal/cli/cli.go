@@ -158,14 +158,23 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		def = ".agentplane"
 	}
 	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
-	fs.StringVar(&cm.models, "models", "", "models.yaml (default DATA/models.yaml)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
-	fs.DurationVar(&cm.leaseTTL, "lease-ttl", 15*time.Second, "how long a worker's lease on a run lasts without renewal")
-	fs.StringVar(&cm.guest, "sandbox-guest", os.Getenv("AGENTPLANE_GUEST"), "static sandbox wrapper binary; enables tier 2 (bubblewrap) and tier 3 (gVisor) tools (env AGENTPLANE_GUEST)")
-	fs.StringVar(&cm.runsc, "runsc", os.Getenv("AGENTPLANE_RUNSC"), "static gVisor runsc for tier 3 (env AGENTPLANE_RUNSC; default runsc on PATH)")
-	fs.BoolVar(&cm.downgrade, "downgrade-tier3", false, "let tier-3 tools run at tier 2 when gVisor is unavailable (logged, recorded on every call)")
+	cm.leaseTTL = 15 * time.Second
+	if executesRuns[name] || strings.HasPrefix(name, "models") {
+		fs.StringVar(&cm.models, "models", "", "models.yaml (default DATA/models.yaml)")
+	}
+	if executesRuns[name] {
+		fs.DurationVar(&cm.leaseTTL, "lease-ttl", 15*time.Second, "how long a worker's lease on a run lasts without renewal")
+		fs.StringVar(&cm.guest, "sandbox-guest", os.Getenv("AGENTPLANE_GUEST"), "static sandbox wrapper binary; enables tier 2 (bubblewrap) and tier 3 (gVisor) tools (env AGENTPLANE_GUEST)")
+		fs.StringVar(&cm.runsc, "runsc", os.Getenv("AGENTPLANE_RUNSC"), "static gVisor runsc for tier 3 (env AGENTPLANE_RUNSC; default runsc on PATH)")
+		fs.BoolVar(&cm.downgrade, "downgrade-tier3", false, "let tier-3 tools run at tier 2 when gVisor is unavailable (logged, recorded on every call)")
+	}
 	return fs
 }
+
+// executesRuns names the commands that execute runs, and so take the model,
+// lease and sandbox flags; the others only read or change stored state.
+var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
 	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
