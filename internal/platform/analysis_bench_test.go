@@ -3,14 +3,11 @@ package platform_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
-	"github.com/agentplane/agentplane/agent"
-	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/sandbox/sandboxtest"
@@ -27,16 +24,8 @@ func BenchmarkAnalysisStep(b *testing.B) {
 	runsc := sandboxtest.Runsc(b)
 	ctx := context.Background()
 	dir := b.TempDir()
-	for src, dst := range map[string]string{"analysis/agent.yaml": "agent.yaml", "analysis/turns.yaml": "turns.yaml",
-		"analysis/models.yaml": "models.yaml", "analysis/run_python.yaml": "run_python.yaml", "tools.yaml": "tools.yaml"} {
-		data, err := carddispute.ReadFile(src)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, dst), data, 0o600); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeFiles(b, dir, map[string]string{"agent.yaml": "example:analysis/agent.yaml", "turns.yaml": "example:analysis/turns.yaml",
+		"models.yaml": "example:analysis/models.yaml", "run_python.yaml": "example:analysis/run_python.yaml", "tools.yaml": "example:tools.yaml"})
 	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
 		Sandbox: platform.SandboxOptions{Guest: sandboxtest.BuildGuest(b), Runsc: runsc, StateDir: sandboxtest.StateDir(b)}})
 	if err != nil {
@@ -47,18 +36,7 @@ func BenchmarkAnalysisStep(b *testing.B) {
 	if err := p.ProvisionCardDispute(ctx, tenant, map[string][]string{user: {"card-ops-agents"}}); err != nil {
 		b.Fatal(err)
 	}
-	for _, f := range []string{"tools.yaml", "run_python.yaml"} {
-		if _, err := p.ApplyTools(ctx, filepath.Join(dir, f)); err != nil {
-			b.Fatal(err)
-		}
-	}
-	d, err := agent.LoadDefinitionFile(filepath.Join(dir, "agent.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := p.Registry.Apply(ctx, d); err != nil {
-		b.Fatal(err)
-	}
+	d := applyExample(b, p, dir, "agent.yaml", "tools.yaml", "run_python.yaml")
 	if err := p.Bank.GenerateTransactions(ctx, bank.CustomerID, 30_000, 2026); err != nil {
 		b.Fatal(err)
 	}

@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/authz"
-	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -31,20 +28,8 @@ turns:
       - {name: get_customer_profile, args: {customer_id: c_88213}}
   - text: done
 `
-	for name, data := range map[string]string{"turns.yaml": turns} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, f := range []string{"tools.yaml", "agent.yaml", "models.yaml"} {
-		data, err := carddispute.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, map[string]string{"turns.yaml": turns,
+		"tools.yaml": "example:tools.yaml", "agent.yaml": "example:agent.yaml", "models.yaml": "example:models.yaml"})
 	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml")})
 	if err != nil {
 		t.Fatal(err)
@@ -54,16 +39,7 @@ turns:
 	if err := p.ProvisionCardDispute(ctx, tenant, map[string][]string{staff: {"card-ops-agents"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.ApplyTools(ctx, filepath.Join(dir, "tools.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	d, err := agent.LoadDefinitionFile(filepath.Join(dir, "agent.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Registry.Apply(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	d := applyExample(t, p, dir, "agent.yaml", "tools.yaml")
 	r, err := p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "look up the ticket's customer", Tenant: tenant, User: staff,
 		Bindings: map[string]string{"customer_id": "c_88213"}})
 	if err != nil {

@@ -3,12 +3,9 @@ package platform_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/agentplane/agentplane/agent"
-	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
@@ -45,20 +42,8 @@ func openDemo(t *testing.T) *platform.Platform {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	for name, body := range map[string]string{"alt.yaml": altTurns, "models.yaml": replayModels} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, name := range []string{"turns.yaml", "tools.yaml", "agent.yaml"} {
-		b, err := carddispute.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFiles(t, dir, map[string]string{"alt.yaml": altTurns, "models.yaml": replayModels,
+		"turns.yaml": "example:turns.yaml", "tools.yaml": "example:tools.yaml", "agent.yaml": "example:agent.yaml"})
 	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
 		Directory: platform.StaticDirectory{"example-bank": {"meera": {"card-ops-supervisors", "card-ops-agents"}}}})
 	if err != nil {
@@ -68,16 +53,7 @@ func openDemo(t *testing.T) *platform.Platform {
 	if err := p.ProvisionCardDispute(ctx, "example-bank", map[string][]string{"priya": nil, "meera": {"card-ops-supervisors", "card-ops-agents"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.ApplyTools(ctx, filepath.Join(dir, "tools.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	d, err := agent.LoadDefinitionFile(filepath.Join(dir, "agent.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Registry.Apply(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	applyExample(t, p, dir, "agent.yaml", "tools.yaml")
 	return p
 }
 

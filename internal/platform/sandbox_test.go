@@ -8,11 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/sandbox/sandboxtest"
 	"github.com/agentplane/agentplane/store"
-	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -52,24 +50,8 @@ aliases: [{name: m, provider: scripted, model_id: s, price: {currency: USD, inpu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	man, err := os.ReadFile("../../examples/carddispute/analysis/run_python.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := tool.ParseManifests("run_python.yaml", man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.ApplyManifests(ctx, ms); err != nil {
-		t.Fatal(err)
-	}
-	d, err := agent.LoadDefinitionFile(filepath.Join(dir, "agent.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Registry.Apply(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{"run_python.yaml": "example:analysis/run_python.yaml"})
+	applyExample(t, p, dir, "agent.yaml", "run_python.yaml")
 	r, err := p.StartRun(ctx, platform.StartRequest{Agent: "analyst", Task: "find duplicates", Tenant: "t", User: "u"})
 	if err != nil {
 		t.Fatal(err)

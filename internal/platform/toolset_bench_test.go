@@ -2,11 +2,9 @@ package platform_test
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/internal/platform"
 )
 
@@ -20,16 +18,9 @@ func BenchmarkToolSet(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	for _, f := range []string{"tools.yaml", "analysis/run_python.yaml"} {
-		data, err := carddispute.ReadFile(f)
-		if err != nil {
-			b.Fatal(err)
-		}
-		path := filepath.Join(dir, filepath.Base(f))
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := p.ApplyTools(ctx, path); err != nil {
+	writeFiles(b, dir, map[string]string{"tools.yaml": "example:tools.yaml", "run_python.yaml": "example:analysis/run_python.yaml"})
+	for _, f := range []string{"tools.yaml", "run_python.yaml"} {
+		if _, err := p.ApplyTools(ctx, filepath.Join(dir, f)); err != nil {
 			b.Fatal(err)
 		}
 	}
