@@ -153,6 +153,7 @@ type common struct {
 func (c *command) flags(name string, cm *common) *flag.FlagSet {
 	fs := flag.NewFlagSet("agentplane "+name, flag.ContinueOnError)
 	fs.SetOutput(c.err)
+	setUsage(fs, name)
 	def := os.Getenv("AGENTPLANE_DATA")
 	if def == "" {
 		def = ".agentplane"
@@ -170,6 +171,44 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		fs.BoolVar(&cm.downgrade, "downgrade-tier3", false, "let tier-3 tools run at tier 2 when gVisor is unavailable (logged, recorded on every call)")
 	}
 	return fs
+}
+
+// usageLines are the synopses -h prints above the flags.
+var usageLines = map[string]string{
+	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION [ALIAS=VERSION:PERCENT]",
+	"apikey":       "agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | list [--tenant T] | revoke ID",
+	"approvals":    "agentplane approvals [--tenant T]",
+	"approve":      "agentplane approve APPROVAL_ID --as USER [--comment TEXT]",
+	"reject":       "agentplane reject APPROVAL_ID --as USER [--comment TEXT]",
+	"edit":         "agentplane edit APPROVAL_ID --as USER --args JSON [--comment TEXT]",
+	"bank":         "agentplane bank [--json] [--check-one-refund-per-run] | bank generate [--customer ID] [--count N] [--seed S]",
+	"demo":         "agentplane demo [--data DIR] [--analysis auto|on|off] [--setup-only]",
+	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
+	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
+	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
+	"replay":       "agentplane replay RUN --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]",
+	"replay diff":  "agentplane replay diff RUN_A RUN_B",
+	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json] [--detach]",
+	"runs":         "agentplane runs [--status S] [--json]",
+	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE]",
+	"tools":        "agentplane tools apply -f FILE|DIR | list",
+	"trace":        "agentplane trace [verify] RUN|last [--full] [--json]",
+	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
+	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",
+	"users secret": "agentplane users secret set TENANT CONNECTOR (--random | value on stdin) | list TENANT | delete TENANT CONNECTOR",
+	"worker":       "agentplane worker [--until-idle] [--concurrency N]",
+}
+
+// setUsage makes -h print the command's synopsis, then its flags.
+func setUsage(fs *flag.FlagSet, name string) {
+	line, ok := usageLines[name]
+	if !ok {
+		return
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", line)
+		fs.PrintDefaults()
+	}
 }
 
 // executesRuns names the commands that execute runs, and so take the model,
