@@ -175,7 +175,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 
 // usageLines are the synopses -h prints above the flags.
 var usageLines = map[string]string{
-	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION [ALIAS=VERSION:PERCENT]",
+	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION",
 	"apikey":       "agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | list [--tenant T] | revoke ID",
 	"approvals":    "agentplane approvals [--tenant T]",
 	"approve":      "agentplane approve APPROVAL_ID --as USER [--comment TEXT]",

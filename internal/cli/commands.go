@@ -95,7 +95,11 @@ func (c *command) agents(args []string) error {
 		fmt.Fprintf(c.out, "%s@%s -> version %d\n", pos[0], alias, n)
 		return nil
 	}
-	return exitCode{2, fmt.Sprintf("agents: unknown subcommand %q", args[0])}
+	if isHelp(args[0]) {
+		fmt.Fprintf(c.out, "usage: %s\n", usageLines["agents"])
+		return nil
+	}
+	return exitCode{2, fmt.Sprintf("agents: unknown subcommand %q\nusage: %s", args[0], usageLines["agents"])}
 }
 
 func (c *command) tools(args []string) error {
@@ -137,7 +141,11 @@ func (c *command) tools(args []string) error {
 		}
 		return tw.Flush()
 	}
-	return exitCode{2, fmt.Sprintf("tools: unknown subcommand %q", args[0])}
+	if isHelp(args[0]) {
+		fmt.Fprintf(c.out, "usage: %s\n", usageLines["tools"])
+		return nil
+	}
+	return exitCode{2, fmt.Sprintf("tools: unknown subcommand %q\nusage: %s", args[0], usageLines["tools"])}
 }
 
 func (c *command) run(args []string) error {
@@ -476,3 +484,6 @@ func shellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// isHelp reports whether a subcommand position asks for help.
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }

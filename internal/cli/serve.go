@@ -159,5 +159,9 @@ func (c *command) apikey(args []string) error {
 		fmt.Fprintf(c.out, "key %s revoked\n", pos[0])
 		return nil
 	}
-	return exitCode{2, fmt.Sprintf("apikey: unknown subcommand %q", args[0])}
+	if isHelp(args[0]) {
+		fmt.Fprintf(c.out, "usage: %s\n", usageLines["apikey"])
+		return nil
+	}
+	return exitCode{2, fmt.Sprintf("apikey: unknown subcommand %q\nusage: %s", args[0], usageLines["apikey"])}
 }
