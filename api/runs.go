@@ -188,8 +188,8 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, notFound("agent")
 		}
-		if errors.Is(err, store.ErrConflict) {
-			return nil, false, err
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, platform.ErrDirectory) {
+			return nil, false, err // 409; a platform failure is a 500 without details
 		}
 		return nil, false, &httpError{http.StatusUnprocessableEntity, "invalid_run", err.Error()}
 	}

@@ -28,6 +28,7 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
@@ -61,18 +62,34 @@ func CheckRunBindings(p *Principal, run map[string]string) error {
 	for _, k := range sortedKeys(run) {
 		v := run[k]
 		if !reArgName.MatchString(k) {
-			errs = append(errs, fmt.Errorf("run binding %q: want an argument name", k))
+			errs = append(errs, fmt.Errorf("run binding %q: want an argument name", clip(k)))
+			continue
 		}
-		if v == "" || len(v) > maxBindingValue || strings.ContainsFunc(v, unicode.IsControl) {
-			errs = append(errs, fmt.Errorf("run binding %s: want a value of 1 to %d bytes without control characters", k, maxBindingValue))
+		if v == "" || len(v) > maxBindingValue || !utf8.ValidString(v) || strings.ContainsFunc(v, notPlain) {
+			errs = append(errs, fmt.Errorf("run binding %s: want a value of 1 to %d bytes of printable text without spaces", k, maxBindingValue))
+			continue
 		}
 		if p != nil {
 			if own, ok := p.Bindings[k]; ok && own != v {
-				errs = append(errs, fmt.Errorf("user %q may only act on %s %s, so a run cannot be bound to %s %s", p.User, k, own, k, v))
+				errs = append(errs, fmt.Errorf("user %q may only act on %s %q, so a run cannot be bound to %s %q", p.User, k, own, k, v))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// notPlain is true for runes a binding value may not hold: controls,
+// spaces, and invisible format characters (bidi overrides, zero widths).
+func notPlain(r rune) bool {
+	return unicode.IsControl(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)
+}
+
+// clip shortens hostile text quoted in an error.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
 
 // AuthorizeRun checks a call's arguments against the run's own bindings:
@@ -211,6 +228,17 @@ func matchBindings(bindings map[string]string, args json.RawMessage, reason func
 		// Not a JSON object: the schema check, which comes next, refuses
 		// it; there is nothing here a binding could match.
 		return nil
+	}
+	// Tools decode arguments with encoding/json, which matches names
+	// without regard to case (Unicode folds included: "cuſtomer_id" fills
+	// CustomerID). A name that folds to a bound one but is not it is
+	// refused, so the value checked is the value the tool reads.
+	for name := range top {
+		for k := range bindings {
+			if name != k && strings.EqualFold(name, k) {
+				return &Denied{Reason: fmt.Sprintf("argument %q differs from the bound argument %s only in case; refused", clip(name), k)}
+			}
+		}
 	}
 	for _, k := range sortedKeys(bindings) {
 		raw, ok := top[k]

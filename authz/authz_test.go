@@ -2,6 +2,7 @@ package authz_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -144,6 +145,52 @@ func TestDirectories(t *testing.T) {
 		}
 		if _, err := d.Principal(ctx, "other-tenant", "asha"); !errors.Is(err, authz.ErrUnknownUser) {
 			t.Errorf("%s: user of another tenant: %v", name, err)
+		}
+	}
+}
+
+// A bound argument cannot be dodged by a name that only differs in case or
+// by a Unicode fold: encoding/json would hand that value to the tool.
+func TestBindingsCannotBeDodgedByCase(t *testing.T) {
+	run := map[string]string{"customer_id": "c_88213"}
+	for _, args := range []string{
+		`{"customer_id":"c_88213","cuſtomer_id":"c_99999"}`,
+		`{"Customer_ID":"c_99999"}`,
+		`{"CUSTOMER_ID":"c_88213","customer_id":"c_88213"}`,
+	} {
+		if err := authz.AuthorizeRun(run, json.RawMessage(args)); err == nil {
+			t.Errorf("%s passed the run binding", args)
+		}
+		p := &authz.Principal{Tenant: "t", User: "u", Bindings: run}
+		m := &tool.Manifest{Name: "x"}
+		if err := authz.Authorize("t", "u", p, m, json.RawMessage(args)); err == nil {
+			t.Errorf("%s passed the user binding", args)
+		}
+	}
+	if err := authz.AuthorizeRun(run, json.RawMessage(`{"customer_id":"c_88213","note":"x"}`)); err != nil {
+		t.Errorf("the bound value was refused: %v", err)
+	}
+	if err := authz.AuthorizeRun(run, json.RawMessage(`{"customer_id":"c_1"}`)); err == nil {
+		t.Error("another customer passed")
+	}
+}
+
+func TestCheckRunBindings(t *testing.T) {
+	p := &authz.Principal{Tenant: "t", User: "u", Bindings: map[string]string{"customer_id": "c_1"}}
+	if err := authz.CheckRunBindings(p, map[string]string{"customer_id": "c_1", "region": "in"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{
+		{"customer_id": "c_2"},               // contradicts the user's own
+		{"region": "in\u202eni"},             // a bidi override
+		{"region": "a b"},                    // a space
+		{"region": "\xff"},                   // not UTF-8
+		{"bad name": "x"},                    // not an argument name
+		{"region": ""},                       // empty
+		{"region": strings.Repeat("x", 300)}, // too long
+	} {
+		if err := authz.CheckRunBindings(p, bad); err == nil {
+			t.Errorf("%q accepted", bad)
 		}
 	}
 }

@@ -56,7 +56,7 @@ func CopyRun(ctx context.Context, from, to Stores, runID string) error {
 		}
 	}
 	cp := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: r.Agent, AgentVersion: r.AgentVersion, Task: r.Task,
-		Mode: r.Mode, Status: r.Status, CreatedAt: r.CreatedAt, Currency: r.Currency, ParentRunID: r.ParentRunID}
+		Mode: r.Mode, Status: r.Status, CreatedAt: r.CreatedAt, Currency: r.Currency, ParentRunID: r.ParentRunID, Bindings: r.Bindings}
 	if err := to.CreateRun(ctx, cp); err != nil {
 		return err
 	}

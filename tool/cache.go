@@ -5,8 +5,12 @@ import (
 	"sync"
 )
 
-// maxCachedManifests bounds a ManifestCache; past it the cache starts over.
-const maxCachedManifests = 4096
+// A ManifestCache starts over past maxCachedManifests entries or
+// maxCachedBytes of manifest JSON (parsed manifests take a few times that).
+const (
+	maxCachedManifests = 4096
+	maxCachedBytes     = 32 << 20
+)
 
 // ManifestCache keeps manifests parsed from stored JSON, keyed by the
 // sha256 of those exact bytes. Stored manifests never change, and parsing
@@ -14,8 +18,9 @@ const maxCachedManifests = 4096
 // a run start or a resume costs. Safe for concurrent use. The manifests it
 // returns are shared: nothing may modify them (nothing in agentplane does).
 type ManifestCache struct {
-	mu sync.Mutex
-	m  map[[32]byte]*Manifest
+	mu    sync.Mutex
+	m     map[[32]byte]*Manifest
+	bytes int
 }
 
 // FromJSON is ManifestFromJSON, parsing each distinct input once.
@@ -32,10 +37,11 @@ func (c *ManifestCache) FromJSON(data []byte) (*Manifest, error) {
 		return nil, err // errors are not cached: the input is refused each time
 	}
 	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedManifests {
-		c.m = make(map[[32]byte]*Manifest)
+	if c.m == nil || len(c.m) >= maxCachedManifests || c.bytes+len(data) > maxCachedBytes {
+		c.m, c.bytes = make(map[[32]byte]*Manifest), 0
 	}
 	c.m[sum] = m
+	c.bytes += len(data)
 	c.mu.Unlock()
 	return m, nil
 }

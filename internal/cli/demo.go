@@ -148,7 +148,9 @@ func (c *command) demo(args []string) error {
 // playDemoRun starts a demo run, prints its timeline as it executes and,
 // while it waits for approvals, approves them as the demo's supervisor.
 func (c *command) playDemoRun(p *platform.Platform, agentRef, task string) (*store.Run, *store.Run, error) {
-	// The ticket is about one customer: the run may act on no other.
+	// The ticket is about one customer: every call that names a customer_id
+	// must name this one (tickets and e-mail addresses are left to the
+	// tools' own checks and the agent's policies).
 	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: DemoTenant, User: DemoUser, Mode: "stream",
 		Bindings: map[string]string{"customer_id": bank.CustomerID}})
 	if err != nil {

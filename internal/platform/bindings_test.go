@@ -86,7 +86,7 @@ turns:
 	}
 	_, err = p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "x", Tenant: tenant, User: agentUser,
 		Bindings: map[string]string{"customer_id": "c_88213"}})
-	if !errors.Is(err, platform.ErrBadBindings) || !strings.Contains(err.Error(), "may only act on customer_id c_90001") {
+	if !errors.Is(err, platform.ErrBadBindings) || !strings.Contains(err.Error(), `may only act on customer_id "c_90001"`) {
 		t.Fatalf("contradicting binding: %v", err)
 	}
 	for _, bad := range []map[string]string{{"customer id": "x"}, {"customer_id": ""}, {"customer_id": "a\nb"}} {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -339,8 +340,12 @@ type StartRequest struct {
 }
 
 // ErrBadBindings is returned by StartRun for run bindings that are malformed
-// or contradict the user's own.
-var ErrBadBindings = errors.New("run bindings refused")
+// or contradict the user's own; ErrDirectory when the user directory could
+// not be asked (a platform failure, not the caller's).
+var (
+	ErrBadBindings = errors.New("run bindings refused")
+	ErrDirectory   = errors.New("user directory unavailable")
+)
 
 // StartRun resolves the agent reference, pins the version and queues the run.
 func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, error) {
@@ -365,7 +370,7 @@ func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, er
 			var err error
 			pr, err = p.Principals.Principal(ctx, r.Tenant, r.User)
 			if err != nil && !errors.Is(err, authz.ErrUnknownUser) {
-				return nil, fmt.Errorf("start run: %w", err)
+				return nil, fmt.Errorf("start run: %w: the user directory could not answer: %w", ErrDirectory, err)
 			}
 		}
 		if err := authz.CheckRunBindings(pr, r.Bindings); err != nil {
@@ -377,7 +382,7 @@ func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, er
 		return nil, err
 	}
 	run := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: d.Agent, AgentVersion: version,
-		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency, Bindings: r.Bindings}
+		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency, Bindings: maps.Clone(r.Bindings)}
 	if err := p.Store.CreateRun(ctx, run); err != nil {
 		return nil, err
 	}
