@@ -172,6 +172,13 @@ func TestRunBindingsOverHTTP(t *testing.T) {
 	if bad.status != http.StatusUnprocessableEntity || !strings.Contains(string(bad.body), "run bindings refused") {
 		t.Fatalf("malformed binding: %s", bad)
 	}
+	// Two "bindings" objects: the idempotency hash and the decoder would
+	// read different requests, so the body is refused.
+	dup := f.do(priya, "POST", "/v1/runs", `{"agent":"card-dispute-assistant","input":"x","mode":"async","bindings":{"customer_id":"c_88213"},"bindings":{"region":"in"}}`,
+		"Idempotency-Key", "dup-1")
+	if dup.status != http.StatusBadRequest || !strings.Contains(string(dup.body), "appears twice") {
+		t.Fatalf("duplicate key: %s", dup)
+	}
 }
 
 func TestStreamRun(t *testing.T) {

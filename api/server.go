@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 )
@@ -368,6 +369,9 @@ func decodeBody(r *http.Request, v any) error {
 }
 
 func decodeJSON(data []byte, v any) error {
+	if err := jsoncanon.NoDuplicateKeys(data); err != nil {
+		return badRequest("the body is not the expected JSON: %v", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -349,3 +349,28 @@ func TestExecute(t *testing.T) {
 		t.Errorf("no secret: %s %s (tool ran %d times)", ex.Status, ex.Output, len(got))
 	}
 }
+
+// The run's bindings are checked again when a call runs, also for tools
+// that act on no user's behalf, whatever path brought the call there.
+func TestExecuteChecksRunBindings(t *testing.T) {
+	ran := false
+	f := newFixture(t, map[string]tool.Func{
+		"echo": func(context.Context, tool.Call) (tool.Result, error) {
+			ran = true
+			return tool.JSONResult(map[string]string{"ok": "yes"})
+		},
+	})
+	call := tool.Call{Tool: "echo", Args: json.RawMessage(`{"customer_id":"c_90001"}`), IdempotencyKey: "run_b:1:0", RunID: "run_b",
+		Tenant: "bank", User: "priya", Agent: "a@1", Bindings: map[string]string{"customer_id": "c_88213"}}
+	ex, err := f.b.Execute(context.Background(), f.ms["echo"], call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran || ex.Status != trace.StatusDenied || !strings.Contains(string(ex.Output), "c_88213") {
+		t.Fatalf("ran %v, status %s: %s", ran, ex.Status, ex.Output)
+	}
+	call.Args = json.RawMessage(`{"customer_id":"c_88213"}`)
+	if ex, err := f.b.Execute(context.Background(), f.ms["echo"], call); err != nil || !ran || ex.Status != trace.StatusOK {
+		t.Fatalf("bound value: ran %v, %v %s", ran, err, ex.Status)
+	}
+}

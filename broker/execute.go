@@ -33,6 +33,10 @@ const maxSidecarBytes = 8 << 10
 func (b *Broker) executeSecured(ctx context.Context, m *tool.Manifest, call tool.Call) (Execution, error) {
 	call.Credential = "" // only the broker attaches credentials
 	scrub := b.redactR
+	// The run's bindings hold at the time of use too, whatever path led here.
+	if err := authz.AuthorizeRun(call.Bindings, call.Args); err != nil {
+		return b.refused(ControlAuthz, err.Error()), nil
+	}
 	if m.Auth.Mode != tool.AuthNone {
 		// Time of use: permissions may have changed since the decision (an
 		// approval can take a day), so they are checked again.

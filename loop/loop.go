@@ -619,7 +619,7 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		} else {
 			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: execArgs, IdempotencyKey: key,
 				RunID: run.ID, Tenant: run.Tenant, User: run.User, Agent: fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion),
-				Handles: st})
+				Handles: st, Bindings: st.started.Bindings})
 			if err != nil {
 				return nil, err
 			}

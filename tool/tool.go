@@ -35,6 +35,9 @@ type Call struct {
 	// Credential, when the broker attached one, is scoped to this call.
 	// It never enters the model's context or the log.
 	Credential string
+	// Bindings are the run's argument bindings; the broker checks them
+	// again when the call runs.
+	Bindings map[string]string
 	// Handles reads the content behind blob handles ("blob:<sha256>") that
 	// this run has shown the model (nil outside a run). A handle the run
 	// never produced is refused, whatever blob the store holds.
