@@ -311,42 +311,15 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if b.isDestroyed() {
 		return sandbox.Result{}, errors.New("sandbox destroyed")
 	}
-	if len(x.Argv) == 0 {
-		return sandbox.Result{}, errors.New("empty argv")
-	}
-	if x.Timeout <= 0 {
-		x.Timeout = 30 * time.Second
-	}
-	if x.TailBytes <= 0 {
-		x.TailBytes = 64 << 10
-	}
-	for _, f := range x.Files {
-		if err := b.dir.WriteFile(f.Path, f.Data); err != nil {
-			return sandbox.Result{}, fmt.Errorf("write %s: %w", f.Path, err)
+	if err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) {
+		req.Writable = []string{sandbox.GuestWorkspace, "/tmp"}
+		if b.e.landlock {
+			req.Landlock = "require"
 		}
-	}
-	cpu := x.CPUTime
-	if cpu <= 0 {
-		cpu = x.Timeout
-	}
-	req := &sandbox.GuestRequest{
-		Argv: x.Argv, Env: sandbox.GuestEnv(x), Cwd: sandbox.GuestWorkspace,
-		Workspace: sandbox.GuestWorkspace, Sidecar: sandbox.GuestRunDir + "/sidecar.json",
-		NProc: b.spec.Pids, CPUSeconds: int((cpu + time.Second - 1) / time.Second),
-		FileSizeBytes: int64(b.spec.WorkspaceMB) << 20, NoFile: 1024,
-		Landlock: "off", Writable: []string{sandbox.GuestWorkspace, "/tmp"},
-	}
-	if b.e.landlock {
-		req.Landlock = "require"
-	}
-	if x.Egress {
-		req.EgressSocket, req.RelayAddr = sandbox.GuestRunDir+"/egress.sock", sandbox.GuestRelayAddr
-	}
-	if err := b.dir.WriteRequest(req); err != nil {
+	}); err != nil {
 		return sandbox.Result{}, err
 	}
 	defer b.dir.ClearRequest()
-	b.dir.ClearSidecar()
 
 	filterR, filterW, err := os.Pipe()
 	if err != nil {
@@ -427,17 +400,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if cancelled {
 		return sandbox.Result{}, ctx.Err()
 	}
-	exit := -1
-	if cmd.ProcessState != nil {
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-			switch {
-			case ws.Exited():
-				exit = ws.ExitStatus()
-			case ws.Signaled():
-				exit = 128 + int(ws.Signal())
-			}
-		}
-	}
+	exit := hostfs.ExitCode(cmd.ProcessState)
 	if st.exitCode != nil {
 		exit = *st.exitCode
 	}
@@ -454,12 +417,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if timedOut && exit < 0 {
 		res.ExitCode, res.Signal = 137, "SIGKILL"
 	}
-	sc, err := sandbox.ReadSidecarFile(b.dir.SidecarPath())
-	if err != nil {
-		res.SidecarError = sandbox.Sanitize([]byte(err.Error()), 512, false, false).Text
-	} else {
-		res.Sidecar = sc
-	}
+	b.dir.AttachSidecar(&res)
 	return res, nil
 }
 
@@ -523,30 +481,11 @@ func (b *box) Destroy(ctx context.Context) error {
 	b.execMu.Lock()
 	defer b.execMu.Unlock()
 	err := errors.Join(b.cg.Remove(), b.dir.Remove())
-	// The uid goes back to the pool only when nothing runs as it any more.
-	if left := hostfs.ProcessesOf(b.uid); len(left) == 0 {
-		b.e.uids.Put(b.uid)
-	} else {
-		b.e.o.Logger.Error("processes outlived their sandbox; uid kept out of the pool", "sandbox", b.id, "uid", b.uid, "pids", left)
-	}
-	b.lease.Release()
+	hostfs.ReleaseIdentity(b.e.uids, b.uid, b.lease, b.id, b.e.o.Logger)
 	return err
 }
 
 // Leftovers lists what of a destroyed sandbox is still on the host.
 func (b *box) Leftovers() []string {
-	var out []string
-	if b.cg.Exists() {
-		out = append(out, "cgroup "+b.id)
-	}
-	if hostfs.Mounted(b.dir.Workspace()) {
-		out = append(out, "mount "+b.dir.Workspace())
-	}
-	if _, err := os.Stat(b.dir.Path); err == nil {
-		out = append(out, "directory "+b.dir.Path)
-	}
-	for _, pid := range hostfs.ProcessesOf(b.uid) {
-		out = append(out, fmt.Sprintf("process %d (uid %d)", pid, b.uid))
-	}
-	return out
+	return hostfs.LeftoversOf(b.id, b.cg.Exists(), b.dir, b.uid)
 }

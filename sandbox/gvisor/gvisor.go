@@ -553,39 +553,10 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if b.isDestroyed() {
 		return sandbox.Result{}, errors.New("sandbox destroyed")
 	}
-	if len(x.Argv) == 0 {
-		return sandbox.Result{}, errors.New("empty argv")
-	}
-	if x.Timeout <= 0 {
-		x.Timeout = 30 * time.Second
-	}
-	if x.TailBytes <= 0 {
-		x.TailBytes = 64 << 10
-	}
-	for _, f := range x.Files {
-		if err := b.dir.WriteFile(f.Path, f.Data); err != nil {
-			return sandbox.Result{}, fmt.Errorf("write %s: %w", f.Path, err)
-		}
-	}
-	cpu := x.CPUTime
-	if cpu <= 0 {
-		cpu = x.Timeout
-	}
-	req := &sandbox.GuestRequest{
-		Argv: x.Argv, Env: sandbox.GuestEnv(x), Cwd: sandbox.GuestWorkspace,
-		Workspace: sandbox.GuestWorkspace, Sidecar: sandbox.GuestRunDir + "/sidecar.json",
-		NProc: b.spec.Pids, CPUSeconds: int((cpu + time.Second - 1) / time.Second),
-		FileSizeBytes: int64(b.spec.WorkspaceMB) << 20, NoFile: 1024,
-		Landlock: "off", KillAll: true,
-	}
-	if x.Egress {
-		req.EgressSocket, req.RelayAddr = sandbox.GuestRunDir+"/egress.sock", sandbox.GuestRelayAddr
-	}
-	if err := b.dir.WriteRequest(req); err != nil {
+	if err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) { req.KillAll = true }); err != nil {
 		return sandbox.Result{}, err
 	}
 	defer b.dir.ClearRequest()
-	b.dir.ClearSidecar()
 
 	args := append(b.e.globalFlags(), "exec", "--user", fmt.Sprintf("%d:%d", b.uid, b.uid), "--cwd", sandbox.GuestWorkspace,
 		b.id, sandbox.GuestBinary, "run", sandbox.GuestRunDir+"/request.json")
@@ -632,15 +603,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if cancelled {
 		return sandbox.Result{}, ctx.Err()
 	}
-	exit := -1
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		switch {
-		case ws.Exited():
-			exit = ws.ExitStatus()
-		case ws.Signaled():
-			exit = 128 + int(ws.Signal())
-		}
-	}
+	exit := hostfs.ExitCode(cmd.ProcessState)
 	oom := b.cg.OOMKills() > oomBefore
 	alive := b.alive()
 	if !alive && !oom && !timedOut {
@@ -664,12 +627,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 		// an exit status of the program; the manager does not reuse it.
 		res.Outcome, res.Signal = sandbox.OutcomeCrashed, ""
 	}
-	sc, err := sandbox.ReadSidecarFile(b.dir.SidecarPath())
-	if err != nil {
-		res.SidecarError = sandbox.Sanitize([]byte(err.Error()), 512, false, false).Text
-	} else {
-		res.Sidecar = sc
-	}
+	b.dir.AttachSidecar(&res)
 	return res, nil
 }
 
@@ -723,33 +681,15 @@ func (b *box) Destroy(ctx context.Context) error {
 	}
 	errs = append(errs, b.cg.Remove(), b.dir.Remove())
 	_ = os.RemoveAll(filepath.Join(b.e.runscRoot(), b.id))
-	// The uid goes back to the pool only when nothing runs as it any more.
-	if left := hostfs.ProcessesOf(b.uid); len(left) == 0 {
-		b.e.uids.Put(b.uid)
-	} else {
-		b.e.o.Logger.Error("processes outlived their sandbox; uid kept out of the pool", "sandbox", b.id, "uid", b.uid, "pids", left)
-	}
-	b.lease.Release()
+	hostfs.ReleaseIdentity(b.e.uids, b.uid, b.lease, b.id, b.e.o.Logger)
 	return errors.Join(errs...)
 }
 
 // Leftovers lists what of a destroyed sandbox is still on the host.
 func (b *box) Leftovers() []string {
-	var out []string
-	if b.cg.Exists() {
-		out = append(out, "cgroup "+b.id)
-	}
-	if hostfs.Mounted(b.dir.Workspace()) {
-		out = append(out, "mount "+b.dir.Workspace())
-	}
-	if _, err := os.Stat(b.dir.Path); err == nil {
-		out = append(out, "directory "+b.dir.Path)
-	}
-	if out2, err := b.e.runsc(context.Background(), 10*time.Second, "state", b.id); err == nil {
-		out = append(out, "runsc container "+b.id+": "+string(bytes.TrimSpace(out2)))
-	}
-	for _, pid := range hostfs.ProcessesOf(b.uid) {
-		out = append(out, fmt.Sprintf("process %d (uid %d)", pid, b.uid))
+	out := hostfs.LeftoversOf(b.id, b.cg.Exists(), b.dir, b.uid)
+	if state, err := b.e.runsc(context.Background(), 10*time.Second, "state", b.id); err == nil {
+		out = append(out, "runsc container "+b.id+": "+string(bytes.TrimSpace(state)))
 	}
 	return out
 }

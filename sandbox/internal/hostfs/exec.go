@@ -1,0 +1,114 @@
+package hostfs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/sandbox"
+)
+
+// PrepareExec does what every executor does before a command: it fills in
+// x's defaults, writes x's files into the workspace, and writes the
+// wrapper's request (the common fields, then adjust's) with the sidecar of
+// the previous command cleared. The caller removes the request with
+// ClearRequest once the command has ended.
+func (d *Dir) PrepareExec(x *sandbox.Exec, spec sandbox.Spec, adjust func(*sandbox.GuestRequest)) error {
+	if len(x.Argv) == 0 {
+		return errors.New("empty argv")
+	}
+	if x.Timeout <= 0 {
+		x.Timeout = 30 * time.Second
+	}
+	if x.TailBytes <= 0 {
+		x.TailBytes = 64 << 10
+	}
+	for _, f := range x.Files {
+		if err := d.WriteFile(f.Path, f.Data); err != nil {
+			return fmt.Errorf("write %s: %w", f.Path, err)
+		}
+	}
+	cpu := x.CPUTime
+	if cpu <= 0 {
+		cpu = x.Timeout
+	}
+	req := &sandbox.GuestRequest{
+		Argv: x.Argv, Env: sandbox.GuestEnv(*x), Cwd: sandbox.GuestWorkspace,
+		Workspace: sandbox.GuestWorkspace, Sidecar: sandbox.GuestRunDir + "/sidecar.json",
+		NProc: spec.Pids, CPUSeconds: int((cpu + time.Second - 1) / time.Second),
+		FileSizeBytes: int64(spec.WorkspaceMB) << 20, NoFile: 1024, Landlock: "off",
+	}
+	if x.Egress {
+		req.EgressSocket, req.RelayAddr = sandbox.GuestRunDir+"/egress.sock", sandbox.GuestRelayAddr
+	}
+	if adjust != nil {
+		adjust(req)
+	}
+	if err := d.WriteRequest(req); err != nil {
+		return err
+	}
+	d.ClearSidecar()
+	return nil
+}
+
+// AttachSidecar reads the wrapper's report of the command into res, or
+// records why it was refused.
+func (d *Dir) AttachSidecar(res *sandbox.Result) {
+	sc, err := sandbox.ReadSidecarFile(d.SidecarPath())
+	if err != nil {
+		res.SidecarError = sandbox.Sanitize([]byte(err.Error()), 512, false, false).Text
+		return
+	}
+	res.Sidecar = sc
+}
+
+// ExitCode is a finished process's exit code as a shell reports it (128+N
+// for death by signal N), or -1 when it is unknown.
+func ExitCode(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
+	return -1
+}
+
+// ReleaseIdentity ends a destroyed sandbox's hold on its host identity: the
+// uid goes back to the pool only when nothing runs as it any more, and the
+// id's lease is released.
+func ReleaseIdentity(uids *UIDs, uid int, lease *Lease, id string, log *slog.Logger) {
+	if left := ProcessesOf(uid); len(left) == 0 {
+		uids.Put(uid)
+	} else {
+		log.Error("processes outlived their sandbox; uid kept out of the pool", "sandbox", id, "uid", uid, "pids", left)
+	}
+	lease.Release()
+}
+
+// LeftoversOf lists what of a destroyed sandbox is still on the host: its
+// cgroup (when exists says so), workspace mount, directory and processes.
+func LeftoversOf(id string, cgroupExists bool, d *Dir, uid int) []string {
+	var out []string
+	if cgroupExists {
+		out = append(out, "cgroup "+id)
+	}
+	if Mounted(d.Workspace()) {
+		out = append(out, "mount "+d.Workspace())
+	}
+	if _, err := os.Stat(d.Path); err == nil {
+		out = append(out, "directory "+d.Path)
+	}
+	for _, pid := range ProcessesOf(uid) {
+		out = append(out, fmt.Sprintf("process %d (uid %d)", pid, uid))
+	}
+	return out
+}
