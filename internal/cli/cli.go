@@ -227,6 +227,20 @@ func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Pla
 	return platform.Open(c.ctx, o)
 }
 
+// parseAndOpen parses a command's flags (interleaved with its positional
+// arguments) and opens the platform they name.
+func (c *command) parseAndOpen(fs *flag.FlagSet, cm *common, args []string) ([]string, *platform.Platform, error) {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := c.open(cm, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pos, p, nil
+}
+
 // parseInterleaved parses flags that may follow positional arguments.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string

@@ -28,11 +28,7 @@ func (c *command) agents(args []string) error {
 	var cm common
 	fs := c.flags("agents "+args[0], &cm)
 	file := fs.String("f", "", "agent definition YAML")
-	pos, err := parseInterleaved(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	p, err := c.open(&cm, nil)
+	pos, p, err := c.parseAndOpen(fs, &cm, args[1:])
 	if err != nil {
 		return err
 	}

@@ -108,11 +108,7 @@ func (c *command) apikey(args []string) error {
 	user := fs.String("user", "", "the key's user")
 	scopes := fs.String("scopes", "", "comma-separated scopes (default all: "+strings.Join(api.AllScopes, ",")+")")
 	name := fs.String("name", "", "a label for the key")
-	pos, err := parseInterleaved(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	p, err := c.open(&cm, nil)
+	pos, p, err := c.parseAndOpen(fs, &cm, args[1:])
 	if err != nil {
 		return err
 	}

@@ -39,11 +39,7 @@ func (c *command) users(args []string) error {
 	scopes := fs.String("scopes", "", "comma-separated scopes, resource:action (set)")
 	groups := fs.String("groups", "", "comma-separated groups (set)")
 	bind := fs.String("bind", "", "comma-separated ARG=VALUE: the user's calls may pass only VALUE for ARG (set)")
-	pos, err := parseInterleaved(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	p, err := c.open(&cm, nil)
+	pos, p, err := c.parseAndOpen(fs, &cm, args[1:])
 	if err != nil {
 		return err
 	}
@@ -109,11 +105,7 @@ func (c *command) secretCmd(args []string) error {
 	var cm common
 	fs := c.flags("users secret "+args[0], &cm)
 	random := fs.Bool("random", false, "generate a random 32-byte secret instead of reading one from stdin (set)")
-	pos, err := parseInterleaved(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	p, err := c.open(&cm, nil)
+	pos, p, err := c.parseAndOpen(fs, &cm, args[1:])
 	if err != nil {
 		return err
 	}

@@ -147,28 +147,8 @@ func (e *Executor) Sweep(ctx context.Context) ([]string, error) {
 		return nil, nil
 	}
 	seen := map[string]bool{}
-	var errs []error
-	for _, id := range e.cg.Children(idPrefix) {
-		if owned, err := hostfs.Owned(id); owned {
-			errs = append(errs, err)
-			continue // a live sandbox of another process on this host
-		}
-		seen[id] = true
-		errs = append(errs, e.cg.Attach(id).Remove())
-	}
-	for _, id := range hostfs.Leftovers(e.o.StateDir, idPrefix) {
-		if owned, err := hostfs.Owned(id); owned {
-			errs = append(errs, err)
-			continue
-		}
-		seen[id] = true
-		errs = append(errs, hostfs.RemoveLeftover(e.o.StateDir, id))
-	}
-	ids := make([]string, 0, len(seen))
-	for id := range seen {
-		ids = append(ids, id)
-	}
-	return ids, errors.Join(errs...)
+	err := hostfs.SweepDead(e.cg, e.o.StateDir, idPrefix, seen)
+	return hostfs.SortedKeys(seen), err
 }
 
 // Create makes a sandbox: its directory, tmpfs workspace and cgroup. The

@@ -220,27 +220,8 @@ func (e *Executor) Sweep(ctx context.Context) ([]string, error) {
 			_, _ = e.runsc(ctx, 10*time.Second, "delete", "--force", ent.Name())
 		}
 	}
-	for _, id := range e.cg.Children(idPrefix) {
-		if owned, err := hostfs.Owned(id); owned {
-			errs = append(errs, err)
-			continue // a live sandbox of another process on this host
-		}
-		seen[id] = true
-		errs = append(errs, e.cg.Attach(id).Remove())
-	}
-	for _, id := range hostfs.Leftovers(e.o.StateDir, idPrefix) {
-		if owned, err := hostfs.Owned(id); owned {
-			errs = append(errs, err)
-			continue
-		}
-		seen[id] = true
-		errs = append(errs, hostfs.RemoveLeftover(e.o.StateDir, id))
-	}
-	ids := make([]string, 0, len(seen))
-	for id := range seen {
-		ids = append(ids, id)
-	}
-	return ids, errors.Join(errs...)
+	errs = append(errs, hostfs.SweepDead(e.cg, e.o.StateDir, idPrefix, seen))
+	return hostfs.SortedKeys(seen), errors.Join(errs...)
 }
 
 // skeleton returns a read-only root directory for img holding the image's

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
 	"syscall"
 	"time"
 
 	"github.com/agentplane/agentplane/sandbox"
+	"github.com/agentplane/agentplane/sandbox/internal/cgroup"
 )
 
 // PrepareExec does what every executor does before a command: it fills in
@@ -111,4 +113,39 @@ func LeftoversOf(id string, cgroupExists bool, d *Dir, uid int) []string {
 		out = append(out, fmt.Sprintf("process %d (uid %d)", pid, uid))
 	}
 	return out
+}
+
+// SweepDead removes what sandboxes of dead processes left under the cgroup
+// parent and in the state directory: those with the prefix whose lease no
+// live process holds. The ids removed are added to seen; a sandbox whose
+// owner cannot be told is left alone and the reason returned.
+func SweepDead(parent *cgroup.Parent, state, prefix string, seen map[string]bool) error {
+	var errs []error
+	for _, id := range parent.Children(prefix) {
+		if owned, err := Owned(id); owned {
+			errs = append(errs, err)
+			continue // a live sandbox of another process on this host
+		}
+		seen[id] = true
+		errs = append(errs, parent.Attach(id).Remove())
+	}
+	for _, id := range Leftovers(state, prefix) {
+		if owned, err := Owned(id); owned {
+			errs = append(errs, err)
+			continue
+		}
+		seen[id] = true
+		errs = append(errs, RemoveLeftover(state, id))
+	}
+	return errors.Join(errs...)
+}
+
+// SortedKeys lists a sweep's ids.
+func SortedKeys(seen map[string]bool) []string {
+	ids := make([]string, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
