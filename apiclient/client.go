@@ -343,9 +343,7 @@ func (c *Client) Events(ctx context.Context, runID string, after int64, limit in
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out EventList
-	_, err := c.do(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"/events?"+q.Encode(), nil, &out, nil)
-	return &out, err
+	return doJSON[EventList](ctx, c, "GET", "/v1/runs/"+url.PathEscape(runID)+"/events?"+q.Encode(), nil)
 }
 
 // AllEvents returns a run's whole log.
@@ -384,23 +382,17 @@ func (c *Client) Blob(ctx context.Context, runID, sha256Hex string) ([]byte, err
 
 // SendMessage adds user text the run reads at its next step.
 func (c *Client) SendMessage(ctx context.Context, runID, text string) (*SignalAccepted, error) {
-	var out SignalAccepted
-	_, err := c.do(ctx, "POST", "/v1/runs/"+url.PathEscape(runID)+"/messages", MessageRequest{Text: text}, &out, nil)
-	return &out, err
+	return doJSON[SignalAccepted](ctx, c, "POST", "/v1/runs/"+url.PathEscape(runID)+"/messages", MessageRequest{Text: text})
 }
 
 // Cancel asks the run to stop at its next step boundary.
 func (c *Client) Cancel(ctx context.Context, runID, reason string) (*SignalAccepted, error) {
-	var out SignalAccepted
-	_, err := c.do(ctx, "POST", "/v1/runs/"+url.PathEscape(runID)+":cancel", CancelRequest{Reason: reason}, &out, nil)
-	return &out, err
+	return doJSON[SignalAccepted](ctx, c, "POST", "/v1/runs/"+url.PathEscape(runID)+":cancel", CancelRequest{Reason: reason})
 }
 
 // Replay re-runs an ended run from a step with a change.
 func (c *Client) Replay(ctx context.Context, runID string, req ReplayRequest) (*Run, error) {
-	var out Run
-	_, err := c.do(ctx, "POST", "/v1/runs/"+url.PathEscape(runID)+":replay", req, &out, nil)
-	return &out, err
+	return doJSON[Run](ctx, c, "POST", "/v1/runs/"+url.PathEscape(runID)+":replay", req)
 }
 
 // Approvals lists the tenant's pending approvals.
@@ -412,16 +404,12 @@ func (c *Client) Approvals(ctx context.Context) ([]Approval, error) {
 
 // GetApproval returns an approval and its status.
 func (c *Client) GetApproval(ctx context.Context, id string) (*Approval, error) {
-	var out Approval
-	_, err := c.do(ctx, "GET", "/v1/approvals/"+url.PathEscape(id), nil, &out, nil)
-	return &out, err
+	return doJSON[Approval](ctx, c, "GET", "/v1/approvals/"+url.PathEscape(id), nil)
 }
 
 // Decide approves, rejects or edits an approval as the client's principal.
 func (c *Client) Decide(ctx context.Context, id string, req DecideRequest) (*DecisionAccepted, error) {
-	var out DecisionAccepted
-	_, err := c.do(ctx, "POST", "/v1/approvals/"+url.PathEscape(id)+":decide", req, &out, nil)
-	return &out, err
+	return doJSON[DecisionAccepted](ctx, c, "POST", "/v1/approvals/"+url.PathEscape(id)+":decide", req)
 }
 
 // ListAgents lists the agents the caller can see.
@@ -433,9 +421,7 @@ func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
 
 // GetAgent describes an agent.
 func (c *Client) GetAgent(ctx context.Context, name string) (*Agent, error) {
-	var out Agent
-	_, err := c.do(ctx, "GET", "/v1/agents/"+url.PathEscape(name), nil, &out, nil)
-	return &out, err
+	return doJSON[Agent](ctx, c, "GET", "/v1/agents/"+url.PathEscape(name), nil)
 }
 
 // CreateAgentVersion stores a definition (YAML or JSON) as a new version.
@@ -448,16 +434,12 @@ func (c *Client) CreateAgentVersion(ctx context.Context, name string, definition
 
 // SetAlias points an alias at a version, optionally with a canary.
 func (c *Client) SetAlias(ctx context.Context, name, alias string, req SetAliasRequest) (*Alias, error) {
-	var out Alias
-	_, err := c.do(ctx, "PUT", "/v1/agents/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), req, &out, nil)
-	return &out, err
+	return doJSON[Alias](ctx, c, "PUT", "/v1/agents/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), req)
 }
 
 // PutWebhook registers the tenant's webhook; the answer holds the secret.
 func (c *Client) PutWebhook(ctx context.Context, req PutWebhookRequest) (*Webhook, error) {
-	var out Webhook
-	_, err := c.do(ctx, "PUT", "/v1/webhook", req, &out, nil)
-	return &out, err
+	return doJSON[Webhook](ctx, c, "PUT", "/v1/webhook", req)
 }
 
 // Deliveries lists webhook deliveries (of one run, if runID is set).
@@ -473,7 +455,12 @@ func (c *Client) Deliveries(ctx context.Context, runID string) ([]Delivery, erro
 
 // Tenant returns the caller's identity, limits and usage.
 func (c *Client) Tenant(ctx context.Context) (*Tenant, error) {
-	var out Tenant
-	_, err := c.do(ctx, "GET", "/v1/tenant", nil, &out, nil)
+	return doJSON[Tenant](ctx, c, "GET", "/v1/tenant", nil)
+}
+
+// doJSON makes one API call whose answer is a T.
+func doJSON[T any](ctx context.Context, c *Client, method, path string, body any) (*T, error) {
+	var out T
+	_, err := c.do(ctx, method, path, body, &out, nil)
 	return &out, err
 }
