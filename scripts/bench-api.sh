@@ -46,13 +46,5 @@ section="$(printf '%s\n' \
   "<!-- api:end -->")"
 printf '%s\n' "$section"
 
-doc=docs/PERFORMANCE.md
-if [ -f "$doc" ] && grep -q '<!-- api:begin' "$doc"; then
-  awk -v section="$section" '
-    /<!-- api:begin/ { print section; skip = 1; next }
-    /<!-- api:end -->/ { skip = 0; next }
-    !skip { print }' "$doc" >"$doc.tmp" && mv "$doc.tmp" "$doc"
-else
-  printf '\n%s\n' "$section" >>"$doc"
-fi
-echo "updated $doc" >&2
+. scripts/lib/perfdoc.sh
+write_perf_section api "$section"

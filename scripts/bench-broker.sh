@@ -58,15 +58,5 @@ section="$(printf '%s\n' \
   "<!-- broker:end -->")"
 printf '%s\n' "$section"
 
-doc=docs/PERFORMANCE.md
-if [ ! -f "$doc" ]; then
-  printf '# Performance\n' >"$doc"
-fi
-if grep -q '<!-- broker:begin' "$doc"; then
-  awk -v section="$section" '
-    /<!-- broker:begin/ { print section; skip = 1; next }
-    /<!-- broker:end -->/ { skip = 0; next }
-    !skip { print }' "$doc" >"$doc.tmp" && mv "$doc.tmp" "$doc"
-else
-  printf '\n%s\n' "$section" >>"$doc"
-fi
+. scripts/lib/perfdoc.sh
+write_perf_section broker "$section"

@@ -44,17 +44,9 @@ section="$(printf '%s\n' \
   "- Replay: one recorded run replayed on two versions, each in a fresh environment into which the run is copied (setup-ms includes the copy)." \
   "- EvalSet: the 31 tasks of examples/carddispute/evals/card-dispute.yaml, two at a time." \
   "- The eval package's tests with the race detector (31 tasks recorded once, 3 comparisons, 6 further runs): ${wall} s wall, ${user} s user + ${sys} s system CPU." \
-  "- Where the time goes (pprof, EvalSet): about a fifth is JSON Schema compilation, because the platform rebuilds the tool set from stored manifests on every resolve and every workflow start (\`platform.ToolSet\`, \`loop.loadManifest\`); a third is the loop and its store writes; a quarter is building environments." \
+  "- Where the time goes (pprof, EvalSet): about a fifth was JSON Schema compilation, the tool set rebuilt from stored manifests on every resolve and workflow start, which \`tool.ManifestCache\` has removed since (2026-11-30); a third is the loop and its store writes; a quarter is building environments." \
   "<!-- evals:end -->")"
 printf '%s\n' "$section"
 
-doc=docs/PERFORMANCE.md
-if grep -q '<!-- evals:begin' "$doc"; then
-  awk -v section="$section" '
-    /<!-- evals:begin/ { print section; skip = 1; next }
-    /<!-- evals:end -->/ { skip = 0; next }
-    !skip { print }' "$doc" >"$doc.tmp" && mv "$doc.tmp" "$doc"
-else
-  printf '\n%s\n' "$section" >>"$doc"
-fi
-echo "updated $doc" >&2
+. scripts/lib/perfdoc.sh
+write_perf_section evals "$section"

@@ -48,16 +48,5 @@ section="$(printf '%s\n' \
   "<!-- models:end -->")"
 printf '%s\n' "$section"
 
-doc=docs/PERFORMANCE.md
-if [ ! -f "$doc" ]; then
-  printf '# Performance\n' >"$doc"
-fi
-if grep -q '<!-- models:begin' "$doc"; then
-  awk -v section="$section" '
-    /<!-- models:begin/ { print section; skip = 1; next }
-    /<!-- models:end -->/ { skip = 0; next }
-    !skip { print }' "$doc" >"$doc.tmp" && mv "$doc.tmp" "$doc"
-else
-  printf '\n%s\n' "$section" >>"$doc"
-fi
-echo "updated $doc" >&2
+. scripts/lib/perfdoc.sh
+write_perf_section models "$section"

@@ -39,13 +39,5 @@ section="$(printf '%s\n' \
   "<!-- core:end -->")"
 printf '%s\n' "$section"
 
-doc=docs/PERFORMANCE.md
-if [ -f "$doc" ] && grep -q '<!-- core:begin' "$doc"; then
-  awk -v section="$section" '
-    /<!-- core:begin/ { print section; skip = 1; next }
-    /<!-- core:end -->/ { skip = 0; next }
-    !skip { print }' "$doc" >"$doc.tmp" && mv "$doc.tmp" "$doc"
-else
-  printf '\n%s\n' "$section" >>"$doc"
-fi
-echo "updated $doc" >&2
+. scripts/lib/perfdoc.sh
+write_perf_section core "$section"
