@@ -162,31 +162,13 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	uid, err := e.uids.Get()
-	if err != nil {
-		return nil, err
-	}
-	id := hostfs.NewID(idPrefix)
-	lease, err := hostfs.Claim(id)
-	if err != nil {
-		e.uids.Put(uid)
-		return nil, err
-	}
-	dir, err := hostfs.Create(e.o.StateDir, id, uid, hostfs.GuestUID, s.WorkspaceMB)
-	if err != nil {
-		lease.Release()
-		e.uids.Put(uid)
-		return nil, err
-	}
 	// Processes and threads: the program's plus bubblewrap's own two.
-	cg, err := e.cg.New(id, cgroup.Limits{MemoryBytes: int64(s.MemoryMB) << 20, Pids: s.Pids + 4, CPUQuota: 100})
+	h, err := hostfs.NewHost(e.uids, e.cg, e.o.StateDir, idPrefix, hostfs.GuestUID, s.WorkspaceMB,
+		cgroup.Limits{MemoryBytes: int64(s.MemoryMB) << 20, Pids: s.Pids + 4, CPUQuota: 100})
 	if err != nil {
-		_ = dir.Remove()
-		lease.Release()
-		e.uids.Put(uid)
 		return nil, err
 	}
-	return &box{e: e, id: id, spec: s, dir: dir, cg: cg, uid: uid, lease: lease, root: root}, nil
+	return &box{e: e, id: h.ID, spec: s, dir: h.Dir, cg: h.CG, uid: h.UID, lease: h.Lease, root: root}, nil
 }
 
 // rootfs lists what of the image goes into the container's root.

@@ -372,33 +372,16 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 	if err != nil {
 		return nil, err
 	}
-	uid, err := e.uids.Get()
-	if err != nil {
-		return nil, err
-	}
-	id := hostfs.NewID(idPrefix)
-	lease, err := hostfs.Claim(id)
-	if err != nil {
-		e.uids.Put(uid)
-		return nil, err
-	}
-	dir, err := hostfs.Create(e.o.StateDir, id, uid, uid, s.WorkspaceMB)
-	if err != nil {
-		lease.Release()
-		e.uids.Put(uid)
-		return nil, err
-	}
 	// The host cgroup holds gVisor's own kernel too: the program's memory
 	// limit is in the spec, the cgroup's adds the overhead. The sentry
 	// needs threads of its own, so pids are counted inside by RLIMIT_NPROC.
-	cg, err := e.cg.New(id, cgroup.Limits{MemoryBytes: int64(s.MemoryMB+e.o.OverheadMB) << 20, Pids: 1024, CPUQuota: 100})
+	// The workspace belongs to the sandbox's own uid (guest uid 0: the same).
+	h, err := hostfs.NewHost(e.uids, e.cg, e.o.StateDir, idPrefix, 0, s.WorkspaceMB,
+		cgroup.Limits{MemoryBytes: int64(s.MemoryMB+e.o.OverheadMB) << 20, Pids: 1024, CPUQuota: 100})
 	if err != nil {
-		_ = dir.Remove()
-		lease.Release()
-		e.uids.Put(uid)
 		return nil, err
 	}
-	b := &box{e: e, id: id, spec: s, dir: dir, cg: cg, uid: uid, lease: lease}
+	b := &box{e: e, id: h.ID, spec: s, dir: h.Dir, cg: h.CG, uid: h.UID, lease: h.Lease}
 	if err := b.boot(ctx, root, ents); err != nil {
 		_ = b.Destroy(context.Background())
 		return nil, err

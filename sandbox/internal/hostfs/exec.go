@@ -149,3 +149,47 @@ func SortedKeys(seen map[string]bool) []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// Host is what a sandbox holds on the host: its id (leased host-wide), its
+// uid, its directory and its cgroup.
+type Host struct {
+	ID    string
+	UID   int
+	Lease *Lease
+	Dir   *Dir
+	CG    *cgroup.Group
+}
+
+// NewHost takes a uid and a fresh leased id, creates the sandbox's
+// directory (the workspace owned by guestUID, or by the sandbox's own uid
+// when guestUID is 0) and its cgroup with limits. On failure it undoes
+// what it did.
+func NewHost(uids *UIDs, parent *cgroup.Parent, state, prefix string, guestUID, workspaceMB int, limits cgroup.Limits) (*Host, error) {
+	uid, err := uids.Get()
+	if err != nil {
+		return nil, err
+	}
+	id := NewID(prefix)
+	lease, err := Claim(id)
+	if err != nil {
+		uids.Put(uid)
+		return nil, err
+	}
+	if guestUID == 0 {
+		guestUID = uid
+	}
+	dir, err := Create(state, id, uid, guestUID, workspaceMB)
+	if err != nil {
+		lease.Release()
+		uids.Put(uid)
+		return nil, err
+	}
+	cg, err := parent.New(id, limits)
+	if err != nil {
+		_ = dir.Remove()
+		lease.Release()
+		uids.Put(uid)
+		return nil, err
+	}
+	return &Host{ID: id, UID: uid, Lease: lease, Dir: dir, CG: cg}, nil
+}
