@@ -438,9 +438,15 @@ func (s *suite) secrets(t *testing.T) {
 	}
 }
 
-// listen starts a TCP listener on the host's loopback and counts
-// connections.
+// listenTCP starts a TCP listener on the host's loopback that counts
+// connections and closes each at once.
 func listenTCP(t *testing.T) (string, *atomic.Int64) {
+	return listen(t, func(c net.Conn) { c.Close() })
+}
+
+// listen starts a TCP listener on the host's loopback, counts connections
+// and hands each to serve (in its own goroutine).
+func listen(t *testing.T, serve func(net.Conn)) (string, *atomic.Int64) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -453,7 +459,7 @@ func listenTCP(t *testing.T) (string, *atomic.Int64) {
 				return
 			}
 			n.Add(1)
-			c.Close()
+			go serve(c)
 		}
 	}()
 	t.Cleanup(func() { ln.Close() })
@@ -623,33 +629,17 @@ attempt("meta.partner.test:443")
 }
 
 func listenEcho(t *testing.T) (string, *atomic.Int64) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	go func() {
+	return listen(t, func(c net.Conn) {
+		defer c.Close()
+		buf := make([]byte, 1024)
 		for {
-			c, err := ln.Accept()
+			k, err := c.Read(buf)
 			if err != nil {
 				return
 			}
-			n.Add(1)
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 1024)
-				for {
-					k, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					c.Write(buf[:k])
-				}
-			}()
+			c.Write(buf[:k])
 		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().String(), &n
+	})
 }
 
 func (s *suite) privileged(t *testing.T) {
