@@ -68,7 +68,7 @@ func Verify(ctx context.Context, src Source, runID string) (*Report, error) {
 			add(ev.Seq, "event hash does not match its content (tampered)")
 		}
 		prev = ev.Hash
-		for _, c := range blobRefs(ev.Payload) {
+		for _, c := range BlobRefs(ev.Payload) {
 			if seen[c.Blob] {
 				continue
 			}
@@ -106,8 +106,9 @@ func Verify(ctx context.Context, src Source, runID string) (*Report, error) {
 	return rep, nil
 }
 
-// blobRefs finds every Content-shaped object with a blob reference.
-func blobRefs(payload []byte) []Content {
+// BlobRefs finds every Content-shaped object with a blob reference in an
+// event payload (the blobs Verify checks and a golden log must carry).
+func BlobRefs(payload []byte) []Content {
 	if !bytes.Contains(payload, []byte(`"blob"`)) {
 		return nil
 	}
