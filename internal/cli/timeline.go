@@ -80,6 +80,16 @@ func (t *timeline) event(ev *store.Event) {
 			}
 			fmt.Fprintf(w, "  bound   %s (every tool call naming these arguments must name these values)\n", clean(strings.Join(parts, " "), 300))
 		}
+		if r := p.Replay; r != nil {
+			fmt.Fprintf(w, "  replay  of %s from step %d, mode %s", clean(r.Of, 80), r.FromStep, clean(r.Mode, 20))
+			if r.ModelAlias != "" {
+				fmt.Fprintf(w, ", model %s", clean(r.ModelAlias, 80))
+			}
+			if r.Instructions != "" {
+				fmt.Fprint(w, ", instructions patched")
+			}
+			fmt.Fprintln(w)
+		}
 	case trace.EvStepStarted:
 		fmt.Fprintf(w, "  step %d\n", ev.Step)
 	case trace.EvModelCall:
@@ -169,6 +179,30 @@ func (t *timeline) event(ev *store.Event) {
 			fmt.Fprintf(w, ": %s", clean(p.Comment, 160))
 		}
 		fmt.Fprintln(w)
+		if p.EditedArgs != nil {
+			fmt.Fprintf(w, "             edited arguments %s\n", clean(*p.EditedArgs, 400))
+		}
+		if d := p.Recheck; d != nil {
+			verdict := "allowed"
+			if !d.Allowed {
+				verdict = "DENIED by " + d.Control
+			}
+			fmt.Fprintf(w, "             re-checked: %s (%s)\n", verdict, clean(d.Reason, 160))
+		}
+	case trace.EvCompaction:
+		var p trace.Compaction
+		_ = json.Unmarshal(ev.Payload, &p)
+		if p.Error != "" {
+			fmt.Fprintf(w, "    compaction failed: %s\n", clean(p.Error, 200))
+			return
+		}
+		note := p.Note.Text
+		if p.Note.IsBlob() {
+			note = p.Note.Preview + "…"
+		}
+		fmt.Fprintf(w, "    compaction %d messages folded into a note, %d kept, %d identifiers (%d restored)  in=%d out=%d\n",
+			p.CompactedMessages, p.KeptMessages, p.Identifiers, len(p.Restored), p.InputTokens, p.OutputTokens)
+		fmt.Fprintf(w, "           %q\n", clean(note, 160))
 	case trace.EvDiverged:
 		var p trace.Diverged
 		_ = json.Unmarshal(ev.Payload, &p)
