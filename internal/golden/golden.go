@@ -307,7 +307,11 @@ func Write(dir string, f *Fixture) error {
 	if _, err := os.Stat(dir); err == nil {
 		return fmt.Errorf("golden: %s exists; golden logs are never rewritten (record a new set)", dir)
 	}
-	for _, sub := range []string{"runs", "agents", "tools", "blobs"} {
+	subs := []string{"runs", "agents", "tools"}
+	if len(f.Blobs) > 0 {
+		subs = append(subs, "blobs") // git keeps no empty directory
+	}
+	for _, sub := range subs {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return err
 		}
