@@ -3,6 +3,7 @@ package golden_test
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -176,6 +177,9 @@ func TestGoldenLogs(t *testing.T) {
 				if code != 0 || !strings.Contains(out, wantOK) {
 					t.Fatalf("agentplane trace verify %s: exit %d\n%s\nwant %q", r.Row.ID, code, out, wantOK)
 				}
+			}
+			for _, r := range fx.Runs {
+				traceJSON(t, data, &r)
 			}
 			out, code := agentplane(t, "trace", last.Row.ID, "--data", data)
 			if code != 0 {
@@ -435,6 +439,41 @@ func rerun(t *testing.T, st *sqlite.Store, fx *golden.Fixture, r *golden.Run) {
 		t.Fatalf("re-run of %s ended %s %q, recorded %s %q", r.Row.ID, out.Status, out.Result, r.Row.Status, r.Row.Result)
 	}
 	calls.none()
+}
+
+// traceJSON checks that `agentplane trace --json` exports the recorded
+// events exactly: every field, the payload byte for byte.
+func traceJSON(t *testing.T, data string, r *golden.Run) {
+	t.Helper()
+	out, code := agentplane(t, "trace", r.Row.ID, "--json", "--data", data)
+	if code != 0 {
+		t.Fatalf("agentplane trace --json: exit %d\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != len(r.Events) {
+		t.Fatalf("agentplane trace --json printed %d lines for %d events", len(lines), len(r.Events))
+	}
+	for i, line := range lines {
+		var got struct {
+			RunID    string          `json:"run_id"`
+			Seq      int64           `json:"seq"`
+			Type     string          `json:"type"`
+			Step     int             `json:"step"`
+			At       string          `json:"at"`
+			Payload  json.RawMessage `json:"payload"`
+			PrevHash string          `json:"prev_hash"`
+			Hash     string          `json:"hash"`
+		}
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("trace --json line %d: %v", i+1, err)
+		}
+		ev := &r.Events[i]
+		at, err := time.Parse(time.RFC3339Nano, got.At)
+		if err != nil || got.RunID != r.Row.ID || got.Seq != ev.Seq || got.Type != ev.Type || got.Step != ev.Step || !at.Equal(ev.At) ||
+			!bytes.Equal(got.Payload, ev.Payload) || got.PrevHash != hex.EncodeToString(ev.PrevHash[:]) || got.Hash != hex.EncodeToString(ev.Hash[:]) {
+			t.Fatalf("trace --json seq %d differs from the recorded event:\n%s", ev.Seq, line)
+		}
+	}
 }
 
 func countType(evs []store.Event, typ string) int {
