@@ -205,8 +205,9 @@ func TestGoldenLogs(t *testing.T) {
 
 // TestGoldenTamperedFails shows the golden test can fail: a copy of each
 // fixture with one flipped byte in an event payload, or in a blob, fails
-// verification (trace.Verify and `agentplane trace verify`), and a log cut
-// short makes the re-run stop with ErrWouldGoLive rather than go live.
+// verification (trace.Verify and `agentplane trace verify`), a log the
+// loop's code does not produce fails the re-run with ErrNondeterminism, and a
+// log cut short makes it stop with ErrWouldGoLive rather than go live.
 func TestGoldenTamperedFails(t *testing.T) {
 	for _, dir := range fixtureDirs(t) {
 		t.Run(dir, func(t *testing.T) {
@@ -274,6 +275,27 @@ func TestGoldenTamperedFails(t *testing.T) {
 					return
 				}
 				t.Fatal("no run references the blob")
+			})
+			t.Run("nondeterminism", func(t *testing.T) {
+				// A log whose first step boundary holds another event is
+				// not what the loop's code records: the re-run must say so.
+				fx := readFixture(t, dir)
+				r := &fx.Runs[len(fx.Runs)-1]
+				i := 0
+				for i < len(r.Events) && r.Events[i].Type != trace.EvStepStarted {
+					i++
+				}
+				if i == len(r.Events) {
+					t.Fatal("no step_started")
+				}
+				r.Events[i].Type = trace.EvLoopNote
+				data := importFixture(t, fx)
+				st := openStore(t, data)
+				calls := &liveCalls{t: t}
+				if _, _, err := verifier(t, st, fx, calls).Verify(ctx, r.Row.ID); !errors.Is(err, engine.ErrNondeterminism) {
+					t.Fatalf("re-run over a log the code does not produce: %v, want ErrNondeterminism", err)
+				}
+				calls.none()
 			})
 			t.Run("truncated", func(t *testing.T) {
 				// Cut after a model call that proposed a tool call: the
