@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/api"
-	"github.com/agentplane/agentplane/trace"
 )
 
 // A streaming run's SSE carries the model's text as message.delta frames
@@ -28,7 +27,7 @@ func TestSSEMessageDeltas(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("stream: %d", resp.StatusCode)
 	}
-	var deltas, models, matched int
+	var deltas, models, matched, shownStep int
 	var streamed strings.Builder
 	readSSEAll(t, resp.Body, func(e sseEvent) bool {
 		switch e.event {
@@ -36,33 +35,32 @@ func TestSSEMessageDeltas(t *testing.T) {
 			if e.id != "" {
 				t.Fatalf("a delta carries id %s", e.id)
 			}
-			var d struct {
-				Text string `json:"text"`
-			}
+			var d api.StreamMessageDeltaData
 			if err := json.Unmarshal([]byte(e.data), &d); err != nil {
 				t.Fatal(err)
 			}
+			if d.Step > shownStep {
+				t.Fatalf("a delta of step %d arrived before that step's step.started (last shown: step %d)", d.Step, shownStep)
+			}
 			deltas++
 			streamed.WriteString(d.Text)
-		case trace.EvModelCall:
+		case api.StreamStepStarted:
+			shownStep = max(shownStep, decodeStream(t, e, &api.StreamStepStartedData{}).Step)
+		case api.StreamModelCall:
 			models++
-			var ev api.Event
-			_ = json.Unmarshal([]byte(e.data), &ev)
-			var mc trace.ModelCall
-			_ = json.Unmarshal(ev.Payload, &mc)
+			var mc api.StreamModelCallData
+			decodeStream(t, e, &mc)
 			// A watcher that subscribed late misses early text; any text
 			// it did get arrived before the event that records it.
-			if mc.Response != nil && mc.Response.Text() != "" && strings.Contains(streamed.String(), mc.Response.Text()) {
+			if mc.Text != "" && strings.Contains(streamed.String(), mc.Text) {
 				matched++
 			}
-		case trace.EvApprovalReq:
-			var ev api.Event
-			_ = json.Unmarshal([]byte(e.data), &ev)
-			var q trace.ApprovalRequested
-			_ = json.Unmarshal(ev.Payload, &q)
+		case api.StreamApprovalRequired:
+			var q api.StreamApprovalRequiredData
+			decodeStream(t, e, &q)
 			f.decide(meera, q.ApprovalID, map[string]any{"decision": "approve"})
 		}
-		return e.event == "end"
+		return e.event == api.StreamEnd
 	})
 	if deltas == 0 || models == 0 || matched == 0 {
 		t.Fatalf("deltas %d, model calls %d, texts streamed before their event %d", deltas, models, matched)

@@ -197,8 +197,8 @@ func readSSE(t testing.TB, body io.Reader, stop func(sseEvent) bool) []sseEvent 
 	t.Helper()
 	var out []sseEvent
 	readSSEAll(t, body, func(e sseEvent) bool {
-		if e.event == "message.delta" {
-			return false
+		if e.event == api.StreamMessageDelta || e.event == api.StreamRunWaiting {
+			return false // not log records
 		}
 		out = append(out, e)
 		return stop != nil && stop(e)
@@ -206,7 +206,23 @@ func readSSE(t testing.TB, body io.Reader, stop func(sseEvent) bool) []sseEvent 
 	return out
 }
 
-// readSSEAll is readSSE with every frame, deltas included.
+// decodeStream decodes a public stream message's data into out.
+func decodeStream(t testing.TB, e sseEvent, out any) api.StreamEvent {
+	t.Helper()
+	var sev api.StreamEvent
+	if err := json.Unmarshal([]byte(e.data), &sev); err != nil {
+		t.Fatalf("message %s: %v", e.data, err)
+	}
+	if sev.V != api.StreamVersion || sev.Type != e.event {
+		t.Fatalf("message %s: version %d, type %q under event %q", e.data, sev.V, sev.Type, e.event)
+	}
+	if err := json.Unmarshal(sev.Data, out); err != nil {
+		t.Fatalf("message %s data: %v", e.data, err)
+	}
+	return sev
+}
+
+// readSSEAll is readSSE with every frame, deltas and run.waiting included.
 func readSSEAll(t testing.TB, body io.Reader, stop func(sseEvent) bool) []sseEvent {
 	t.Helper()
 	var out []sseEvent
@@ -218,6 +234,7 @@ func readSSEAll(t testing.TB, body io.Reader, stop func(sseEvent) bool) []sseEve
 		switch {
 		case line == "":
 			if cur.event != "" || cur.data != "" {
+				checkStreamMessage(t, cur)
 				out = append(out, cur)
 				if stop != nil && stop(cur) {
 					return out

@@ -289,7 +289,16 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		return
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		s.stream(w, r, run.ID, after, http.StatusOK, nil)
+		switch {
+		case after > 0 && after >= run.LastSeq && store.Terminal(run.Status):
+			// The client has every event of a finished run: 204 tells a
+			// standard EventSource to stop reconnecting.
+			w.WriteHeader(http.StatusNoContent)
+		case after > run.LastSeq:
+			s.fail(w, r, badRequest("Last-Event-ID %d is past run %s's last event (%d): it names an event this run does not have", after, run.ID, run.LastSeq))
+		default:
+			s.stream(w, r, run.ID, after, http.StatusOK, nil)
+		}
 		return
 	}
 	limit, err := intParam(r.URL.Query().Get("limit"), 1000, 5000)

@@ -197,11 +197,9 @@ func TestStreamRun(t *testing.T) {
 	runID := resp.Header.Get("X-Run-Id")
 	var approvals int
 	evs := readSSE(t, resp.Body, func(e sseEvent) bool {
-		if e.event == trace.EvApprovalReq {
-			var ev api.Event
-			_ = json.Unmarshal([]byte(e.data), &ev)
-			var q trace.ApprovalRequested
-			_ = json.Unmarshal(ev.Payload, &q)
+		if e.event == api.StreamApprovalRequired {
+			var q api.StreamApprovalRequiredData
+			decodeStream(t, e, &q)
 			approvals++
 			if r := f.do(meera, "POST", "/v1/approvals/"+q.ApprovalID+":decide", map[string]any{"decision": "approve"}); r.status != 202 {
 				t.Errorf("approve: %s", r)
@@ -213,7 +211,7 @@ func TestStreamRun(t *testing.T) {
 		t.Fatalf("the stream showed %d approval requests, want 2 (refund, email)", approvals)
 	}
 	last := evs[len(evs)-1]
-	if last.event != "end" || last.id != "" || !strings.Contains(last.data, `"status":"completed"`) {
+	if last.event != api.StreamEnd || last.id != "" || !strings.Contains(last.data, `"status":"completed"`) {
 		t.Fatalf("last message = %+v", last)
 	}
 	for i, e := range evs[:len(evs)-1] {
@@ -221,7 +219,7 @@ func TestStreamRun(t *testing.T) {
 			t.Fatalf("message %d has id %s", i, e.id)
 		}
 	}
-	if evs[len(evs)-2].event != trace.EvRunCompleted {
+	if evs[len(evs)-2].event != api.StreamRunCompleted {
 		t.Fatalf("the last event is %s", evs[len(evs)-2].event)
 	}
 	if got := f.waitStatus(priya, runID, store.StatusCompleted); got.LastEventID != int64(len(evs)-1) {

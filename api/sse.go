@@ -29,25 +29,47 @@ func toEvent(ev *store.Event) Event {
 // terminalEvent reports whether typ ends a run's log.
 func terminalEvent(typ string) bool { return typ == trace.EvRunCompleted || typ == trace.EvRunFailed }
 
-// frame is one encoded SSE message.
+// frame is one log event encoded as a public stream SSE message, with and
+// without the internal log event (include=log).
 type frame struct {
-	seq  int64
-	typ  string
-	data []byte
+	seq     int64
+	step    int
+	typ     string // the public type
+	status  string // the run's status, for a terminal event
+	data    []byte
+	withLog []byte
 }
 
 func encodeFrame(ev *store.Event) frame {
-	var b bytes.Buffer
-	b.WriteString("id: ")
-	b.WriteString(strconv.FormatInt(ev.Seq, 10))
-	b.WriteString("\nevent: ")
-	b.WriteString(ev.Type)
-	b.WriteString("\ndata: ")
-	enc := json.NewEncoder(&b) // one line: JSON never holds a raw newline
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(toEvent(ev))
-	b.WriteString("\n")
-	return frame{seq: ev.Seq, typ: ev.Type, data: b.Bytes()}
+	enc := func(withLog bool) []byte {
+		var b bytes.Buffer
+		pub := publicEvent(ev, withLog)
+		b.WriteString("id: ")
+		b.WriteString(strconv.FormatInt(ev.Seq, 10))
+		b.WriteString("\nevent: ")
+		b.WriteString(pub.Type)
+		b.WriteString("\ndata: ")
+		e := json.NewEncoder(&b) // one line: JSON never holds a raw newline
+		e.SetEscapeHTML(false)
+		_ = e.Encode(pub)
+		b.WriteString("\n")
+		return b.Bytes()
+	}
+	fr := frame{seq: ev.Seq, step: ev.Step, data: enc(false), withLog: enc(true)}
+	fr.typ, _ = publicData(ev)
+	if terminalEvent(ev.Type) {
+		var e trace.RunEnded
+		_ = json.Unmarshal(ev.Payload, &e)
+		fr.status = e.Status
+	}
+	return fr
+}
+
+func (fr frame) bytes(withLog bool) []byte {
+	if withLog {
+		return fr.withLog
+	}
+	return fr.data
 }
 
 // hub fans a run's committed events out to its SSE subscribers. Each run
@@ -242,11 +264,13 @@ func (f *feed) since(seq int64) (out []frame, wake chan struct{}, ok bool) {
 	return f.frames[i:], f.wake, true
 }
 
-// stream writes run's events after `after` as server-sent events until the
-// run's log ends, the client goes away or the server stops. Idle streams get
-// a comment every heartbeat. Every write has a deadline, so a stalled client
-// is dropped (it resumes with Last-Event-ID) and never holds up anyone else.
+// stream writes run's events after `after` as the public run stream
+// (stream.go) until the run's log ends, the client goes away or the server
+// stops. Idle streams get a comment every heartbeat. Every write has a
+// deadline, so a stalled client is dropped (it resumes with Last-Event-ID)
+// and never holds up anyone else.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, after int64, status int, hdr http.Header) {
+	withLog := r.URL.Query().Get("include") == "log"
 	rc := http.NewResponseController(w)
 	for k, v := range hdr {
 		w.Header()[k] = v
@@ -258,7 +282,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 	f := s.hub.subscribe(runID, after)
 	defer s.hub.unsubscribe(f)
 	// Live model text, as it is generated: message.delta frames carry no
-	// id, so they never move Last-Event-ID; the model_call event that
+	// id, so they never move Last-Event-ID; the step.model_call event that
 	// follows is the record. A reset voids the text streamed for the step.
 	var deltas <-chan platform.Delta
 	if s.p != nil && s.p.Deltas != nil {
@@ -284,7 +308,34 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 	}
 	hb := time.NewTicker(s.o.Heartbeat)
 	defer hb.Stop()
+	// Deltas wait until the stream has shown their step's step.started (the
+	// events before a step's text come first), and are dropped once its
+	// step.model_call (the record of the whole text) has been written.
+	var held []platform.Delta
+	shownStep, recordedStep := 0, 0
+	sendDelta := func(d platform.Delta) bool {
+		b, _ := json.Marshal(StreamMessageDeltaData{RunID: d.RunID, Step: d.Step, Text: d.Text, Reset: d.Reset})
+		return write([]byte("event: " + StreamMessageDelta + "\ndata: " + string(b) + "\n\n"))
+	}
+	releaseHeld := func() bool {
+		n := 0
+		for _, d := range held {
+			switch {
+			case d.Step <= recordedStep: // stale: the record is out
+			case d.Step <= shownStep:
+				if !sendDelta(d) {
+					return false
+				}
+			default:
+				held[n] = d
+				n++
+			}
+		}
+		held = held[:n]
+		return true
+	}
 	ended, endStatus := false, ""
+	waitingToldAt := int64(-1) // the id run.waiting was last sent with
 	for {
 		frames, wake, ok := f.since(after)
 		if !ok {
@@ -298,30 +349,50 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 			}
 		}
 		for _, fr := range frames {
-			if !write(fr.data) {
+			// Held text of a step already shown goes out before the next
+			// event, so it comes before the step.model_call that records it.
+			if !releaseHeld() || !write(fr.bytes(withLog)) {
 				return
 			}
 			after = fr.seq
-			if terminalEvent(fr.typ) {
-				ended, endStatus = true, statusOf(fr)
+			shownStep = max(shownStep, fr.step)
+			if fr.typ == StreamModelCall {
+				recordedStep = max(recordedStep, fr.step)
+			}
+			if fr.status != "" {
+				ended, endStatus = true, fr.status
 				break
 			}
 		}
-		if len(frames) > 0 && !flush() {
+		if len(frames) > 0 && (!releaseHeld() || !flush()) {
 			return
 		}
 		if !ended && len(frames) == 0 {
 			// Nothing new: has the run ended without a terminal event (a
-			// platform failure), or has its log been read to the end?
+			// platform failure), or has its log been read to the end? Is
+			// it waiting?
 			run, err := s.st.GetRun(r.Context(), runID)
 			if err != nil {
 				return
 			}
 			ended, endStatus = store.Terminal(run.Status) && after >= run.LastSeq, run.Status
+			if run.Status == store.StatusWaiting && after >= run.LastSeq && waitingToldAt != after {
+				d := StreamRunWaitingData{Status: run.Status}
+				if !run.WakeAt.IsZero() {
+					wa := run.WakeAt.UTC()
+					d.WakeAt = &wa
+				}
+				data, _ := json.Marshal(d)
+				pub, _ := json.Marshal(StreamEvent{V: StreamVersion, ID: after, Type: StreamRunWaiting, RunID: runID, At: s.o.Clock().UTC(), Data: data})
+				if !write([]byte("id: "+strconv.FormatInt(after, 10)+"\nevent: "+StreamRunWaiting+"\ndata: "+string(pub)+"\n\n")) || !flush() {
+					return
+				}
+				waitingToldAt = after
+			}
 		}
 		if ended {
-			b, _ := json.Marshal(map[string]any{"run_id": runID, "status": endStatus, "last_event_id": after})
-			write([]byte("event: end\ndata: " + string(b) + "\n\n"))
+			b, _ := json.Marshal(StreamEndData{RunID: runID, Status: endStatus, LastEventID: after})
+			write([]byte("event: " + StreamEnd + "\ndata: " + string(b) + "\n\n"))
 			flush()
 			return
 		}
@@ -340,8 +411,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 				return
 			}
 		case d := <-deltas:
-			b, _ := json.Marshal(map[string]any{"run_id": d.RunID, "step": d.Step, "text": d.Text, "reset": d.Reset})
-			if !write([]byte("event: message.delta\ndata: "+string(b)+"\n\n")) || !flush() {
+			if len(held) < 1024 {
+				held = append(held, d)
+			}
+			if d.Step > shownStep {
+				f.poke() // its step.started is committed or about to be
+			}
+			if !releaseHeld() || !flush() {
 				return
 			}
 		}
@@ -352,16 +428,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, runID string, af
 			return // the server is stopping
 		}
 	}
-}
-
-// statusOf reads the run's final status from its terminal event's frame.
-func statusOf(fr frame) string {
-	_, data, _ := bytes.Cut(fr.data, []byte("\ndata: "))
-	var ev struct {
-		Payload trace.RunEnded `json:"payload"`
-	}
-	_ = json.Unmarshal(data, &ev)
-	return ev.Payload.Status
 }
 
 // lastEventID reads the resume point: the Last-Event-ID header, else the

@@ -154,7 +154,7 @@ func (c *Client) StreamRun(ctx context.Context, req CreateRunRequest, idempotenc
 	if idempotencyKey != "" {
 		hdr.Set("Idempotency-Key", idempotencyKey)
 	}
-	hreq, err := c.request(ctx, "POST", "/v1/runs", req, hdr)
+	hreq, err := c.request(ctx, "POST", "/v1/runs?include=log", req, hdr)
 	if err != nil {
 		return nil, err
 	}
@@ -197,13 +197,23 @@ func (c *Client) Follow(ctx context.Context, runID string, after int64, fn func(
 	}
 	failures := 0
 	for {
-		req, err := c.request(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"/events", nil, nil)
+		req, err := c.request(ctx, "GET", "/v1/runs/"+url.PathEscape(runID)+"/events?include=log", nil, nil)
 		if err != nil {
 			return nil, err
 		}
 		req.Header.Set("Accept", "text/event-stream")
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
 		resp, err := c.http().Do(req)
+		if err == nil && resp.StatusCode == http.StatusNoContent {
+			// The run had ended and we had every event (the end message
+			// was lost with the connection).
+			resp.Body.Close()
+			run, err := c.GetRun(ctx, runID)
+			if err != nil {
+				return nil, err
+			}
+			return &StreamEnd{RunID: runID, Status: run.Status, LastEventID: after}, nil
+		}
 		if err == nil && resp.StatusCode != http.StatusOK {
 			err = readError(resp)
 			resp.Body.Close()
@@ -255,9 +265,12 @@ func unwrapCallback(err error) error {
 	return err
 }
 
-// readStream parses server-sent events, calling fn for each complete event
-// message and advancing *last; it returns the end message, or the error
-// that broke the stream (a partial message at a break is discarded).
+// readStream parses the public run stream, calling fn with the log event
+// of each complete event message (the stream is asked for include=log) and
+// advancing *last; it returns the end message, or the error that broke the
+// stream (a partial message at a break is discarded). Messages without a
+// log event (run.waiting, message.delta) are not log records and are
+// skipped.
 func readStream(body io.Reader, last *int64, fn func(Event) error) (*StreamEnd, error) {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
@@ -267,7 +280,7 @@ func readStream(body io.Reader, last *int64, fn func(Event) error) (*StreamEnd, 
 		line := sc.Text()
 		switch {
 		case line == "":
-			if event == "end" {
+			if event == "stream.end" {
 				var end StreamEnd
 				if err := json.Unmarshal([]byte(data.String()), &end); err != nil {
 					return nil, err
@@ -275,12 +288,12 @@ func readStream(body io.Reader, last *int64, fn func(Event) error) (*StreamEnd, 
 				return &end, nil
 			}
 			if id != "" && data.Len() > 0 {
-				var ev Event
-				if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
+				var sev StreamEvent
+				if err := json.Unmarshal([]byte(data.String()), &sev); err != nil {
 					return nil, fmt.Errorf("event %s: %w", id, err)
 				}
-				if ev.Seq > *last {
-					if err := fn(ev); err != nil {
+				if ev := sev.Log; ev != nil && ev.Seq > *last {
+					if err := fn(*ev); err != nil {
 						return nil, &callbackError{err}
 					}
 					*last = ev.Seq

@@ -232,6 +232,20 @@ type Event struct {
 	Hash     string          `json:"hash"`
 }
 
+// StreamEvent is one message of the public run stream (the API's
+// StreamEvent): a versioned type and shape, the log's sequence number as
+// its id, and the log event behind it when asked for with include=log.
+type StreamEvent struct {
+	V     int             `json:"v"`
+	ID    int64           `json:"id"`
+	Type  string          `json:"type"`
+	RunID string          `json:"run_id"`
+	Step  int             `json:"step,omitempty"`
+	At    time.Time       `json:"at"`
+	Data  json.RawMessage `json:"data"`
+	Log   *Event          `json:"log,omitempty"`
+}
+
 // WebhookMessage is the body POSTed when a run ends.
 type WebhookMessage struct {
 	Type      string      `json:"type"` // run.completed, run.completed_partial, run.failed, run.cancelled

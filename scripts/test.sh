@@ -21,6 +21,19 @@ install_go_tool() { # name module@version
 }
 install_go_tool staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
+# npm tools at the versions pinned in scripts/npm/package-lock.json (the
+# OpenAPI linter), installed with npm ci into $TOOLS/npm; a changed lockfile
+# reinstalls them.
+lock_sum="$(sha256sum scripts/npm/package-lock.json | cut -d' ' -f1)"
+if [ "$(cat "$TOOLS/npm/.lock-sha256" 2>/dev/null)" != "$lock_sum" ]; then
+  step "installing npm test tools (scripts/npm) into $TOOLS/npm"
+  mkdir -p "$TOOLS/npm"
+  cp scripts/npm/package.json scripts/npm/package-lock.json "$TOOLS/npm/"
+  (cd "$TOOLS/npm" && npm ci --no-audit --no-fund --silent)
+  echo "$lock_sum" > "$TOOLS/npm/.lock-sha256"
+fi
+export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
+
 # Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
@@ -36,6 +49,9 @@ go vet ./...
 
 step "staticcheck"
 staticcheck ./...
+
+step "OpenAPI lint (redocly, recommended rules: zero errors)"
+REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint --format=summary api/openapi.json
 
 step "go test -race"
 # One package at a time (-p 1): the sandbox suites start real gVisor and
