@@ -198,6 +198,9 @@ type state struct {
 	stepNew     bool
 	staleSteps  int
 	toolErrors  int
+	// modelErr is why the last failed model call failed, for the run's
+	// end reason.
+	modelErr string
 	// sandboxed is set once a tool result came from a sandbox: the run
 	// then records its sandboxes' teardown before it ends.
 	sandboxed bool
@@ -280,7 +283,7 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 			return l.finalCall(ctx, st, step, b)
 		}
 		if resp == nil {
-			return l.end(ctx, st, step, store.StatusFailed, "", "the model call failed")
+			return l.end(ctx, st, step, store.StatusFailed, "", "the model call failed: "+trace.Preview([]byte(st.modelErr), 600))
 		}
 		calls := resp.ToolCalls()
 		if len(calls) == 0 {
@@ -556,6 +559,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 		return nil, err
 	}
 	if mc.Error != "" {
+		st.modelErr = mc.Error
 		return nil, nil
 	}
 	if err := l.noteModelDivergence(ctx, st, step, noTools, mc.Response); err != nil {

@@ -257,19 +257,11 @@ func (c *command) remoteTrace(cl *apiclient.Client, args []string) error {
 		src.evs = append(src.evs, sev)
 	}
 	if verify {
-		rep, err := trace.Verify(c.ctx, src, runID)
+		run, err := cl.GetRun(c.ctx, runID)
 		if err != nil {
 			return err
 		}
-		for _, pr := range rep.Problems {
-			fmt.Fprintf(c.out, "FAIL seq %d: %s\n", pr.Seq, pr.Detail)
-		}
-		if !rep.OK() {
-			return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
-		}
-		fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
-			runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
-		return nil
+		return c.printVerify(src, runID, run.Status)
 	}
 	if *asJSON {
 		for i := range src.evs {

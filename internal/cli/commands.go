@@ -337,23 +337,12 @@ func (c *command) trace(args []string) error {
 		}
 		runID = rs[len(rs)-1].ID
 	}
-	if _, err := p.Store.GetRun(c.ctx, runID); err != nil {
+	run, err := p.Store.GetRun(c.ctx, runID)
+	if err != nil {
 		return err
 	}
 	if verify {
-		rep, err := trace.Verify(c.ctx, p.Store, runID)
-		if err != nil {
-			return err
-		}
-		for _, pr := range rep.Problems {
-			fmt.Fprintf(c.out, "FAIL seq %d: %s\n", pr.Seq, pr.Detail)
-		}
-		if !rep.OK() {
-			return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
-		}
-		fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
-			runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
-		return nil
+		return c.printVerify(p.Store, runID, run.Status)
 	}
 	evs, err := p.Store.Events(c.ctx, runID, 0, 0)
 	if err != nil {

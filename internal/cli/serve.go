@@ -50,6 +50,10 @@ func (c *command) serve(args []string) error {
 		return err
 	}
 	defer p.Close()
+	if !p.ModelsConfigured() {
+		fmt.Fprintf(c.err, "agentplane: WARNING: no model is configured (no %s and no --models): every run will fail; %s\n",
+			filepath.Join(cm.data, "models.yaml"), platform.NoModelsHint)
+	}
 	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
 		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate})
 	if err != nil {
