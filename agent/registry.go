@@ -59,6 +59,7 @@ func (r *Registry) Apply(ctx context.Context, d *Definition) (created bool, err 
 	if err != nil {
 		return false, fmt.Errorf("agent %q version %d is invalid: %w", d.Agent, d.Version, err)
 	}
+	fresh.file, fresh.doc = d.file, d.doc // grants keep their order: errors point into the file
 	if err := r.bind(ctx, fresh); err != nil {
 		return false, err
 	}

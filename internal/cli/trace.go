@@ -23,7 +23,10 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 	}); err != nil {
 		return err
 	}
-	tl := &timeline{w: w}
+	tl := &timeline{w: w, stamps: true}
+	if len(evs) > 0 {
+		fmt.Fprintf(w, "  SEQ TIME (UTC, %s)  the sequence number is the event's SSE id (Last-Event-ID resumes after it)\n", evs[0].At.UTC().Format("2006-01-02"))
+	}
 	shown := 0
 	for i := range evs {
 		ev := &evs[i]
