@@ -389,6 +389,7 @@ func (c *command) worker(args []string) error {
 		return err
 	}
 	defer p.Close()
+	c.warnNoModels(p, &cm)
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// What there is to do, to report on afterwards.
