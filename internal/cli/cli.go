@@ -208,13 +208,16 @@ var usageLines = map[string]string{
 
 // setUsage makes -h print the command's synopsis, then its flags.
 func setUsage(fs *flag.FlagSet, name string) {
+	// A subcommand (apikey create, users secret set) shares the synopsis
+	// of the longest command it belongs to.
 	line, ok := usageLines[name]
-	if !ok {
-		// A subcommand (apikey create) shares its command's synopsis.
-		first, _, _ := strings.Cut(name, " ")
-		if line, ok = usageLines[first]; !ok {
+	for key := name; !ok; {
+		i := strings.LastIndex(key, " ")
+		if i < 0 {
 			return
 		}
+		key = key[:i]
+		line, ok = usageLines[key]
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", line)

@@ -153,7 +153,8 @@ func httpDo(ts *testscript.TestScript, method, path string, body io.Reader, cont
 //
 //	http METHOD PATH [BODY] [CONTENT-TYPE]
 //
-// BODY may be @FILE. The default content type is application/json.
+// BODY may be @FILE. The default content type is application/json. The
+// status must be below 400, or with ! at least 400.
 func cmdHTTP(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) < 2 || len(args) > 4 {
 		ts.Fatalf("usage: http METHOD PATH [BODY] [CONTENT-TYPE]")
