@@ -85,6 +85,10 @@ type Definition struct {
 
 	granted []string // sorted; set by Bind
 	bound   bool
+	// file and doc are where a parsed definition came from, so that a
+	// grant Bind refuses is reported at its line (nil for stored ones).
+	file string
+	doc  *yaml.Node
 }
 
 // Model selects the models a run uses, by gateway alias.
@@ -343,6 +347,7 @@ func ParseDefinition(filename string, data []byte, readRef func(path string) ([]
 	if err := c.err(); err != nil {
 		return nil, err
 	}
+	d.file, d.doc = filename, &node
 	return d, nil
 }
 
@@ -861,8 +866,27 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 		errs []error
 		out  []string
 	)
-	fail := func(i int, g Grant, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("agent %q version %d: tools[%d] (%s): %s", d.Agent, d.Version, i, g, fmt.Sprintf(format, args...)))
+	// fail reports a grant; for a definition parsed from a file, at the
+	// file and line of the entry (item: the allow entry, "" for the grant).
+	fail := func(i int, g Grant, item string, format string, args ...any) {
+		problem := fmt.Sprintf(format, args...)
+		field := fmt.Sprintf("tools[%d]", i)
+		if d.doc == nil {
+			errs = append(errs, fmt.Errorf("agent %q version %d: %s (%s): %s", d.Agent, d.Version, field, g, problem))
+			return
+		}
+		line := yamlissue.LineOf(d.doc, field)
+		if item != "" {
+			// Allow is sorted; find the entry as written.
+			yamlissue.Walk(d.doc, "", 0, func(p string, k, v *yaml.Node) bool {
+				if k == nil && v.Value == item && strings.HasPrefix(p, field+".allow[") {
+					field, line = p, v.Line
+					return false
+				}
+				return true
+			})
+		}
+		errs = append(errs, &DefinitionError{File: d.file, Agent: d.Agent, Line: line, Field: field, Problem: fmt.Sprintf("(%s): %s", g, problem)})
 	}
 	for i, g := range d.Tools {
 		switch {
@@ -871,16 +895,16 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 				m, ok := tools.Get(name)
 				switch {
 				case !ok:
-					fail(i, g, "tool %q is not registered", name)
+					fail(i, g, name, "tool %q is not registered", name)
 				case m.Connector != g.Connector:
-					fail(i, g, "tool %q belongs to %s, not to connector %q", name, describeConnector(m.Connector), g.Connector)
+					fail(i, g, name, "tool %q belongs to %s, not to connector %q", name, describeConnector(m.Connector), g.Connector)
 				default:
 					out = append(out, name)
 				}
 			}
 		case g.Tool != "":
 			if _, ok := tools.Get(g.Tool); !ok {
-				fail(i, g, "tool %q is not registered", g.Tool)
+				fail(i, g, "", "tool %q is not registered", g.Tool)
 				continue
 			}
 			out = append(out, g.Tool)
@@ -893,7 +917,7 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 				}
 			}
 			if n == 0 {
-				fail(i, g, "no registered tool belongs to sandbox %q", g.Sandbox)
+				fail(i, g, "", "no registered tool belongs to sandbox %q", g.Sandbox)
 			}
 		}
 	}

@@ -355,11 +355,11 @@ func TestGrantedTools(t *testing.T) {
 	tests := []struct {
 		name, old, new, want string
 	}{
-		{"unregistered tool in connector", "raise_dispute,", "raise_chargeback,", `tools[0] (connector core-banking): tool "raise_chargeback" is not registered`},
+		{"unregistered tool in connector", "raise_dispute,", "raise_chargeback,", `agents/card.yaml:8: agent "card-dispute-assistant": field "tools[0].allow[2]": (connector core-banking): tool "raise_chargeback" is not registered`},
 		{"tool of another connector", "allow: [draft_email, send_email]", "allow: [draft_email, send_email, delete_account]", `tool "delete_account" belongs to connector "core-banking", not to connector "email"`},
 		{"tool without connector", "allow: [draft_email, send_email]\n  - tool: get_ticket", "allow: [draft_email, send_email, get_ticket]", `tool "get_ticket" belongs to no connector`},
-		{"unregistered single tool", "tool: get_ticket", "tool: get_jira_ticket", `tools[2] (tool get_jira_ticket): tool "get_jira_ticket" is not registered`},
-		{"empty sandbox", "sandbox: python-analysis", "sandbox: r-analysis", `tools[3] (sandbox r-analysis): no registered tool belongs to sandbox "r-analysis"`},
+		{"unregistered single tool", "tool: get_ticket", "tool: get_jira_ticket", `agents/card.yaml:11: agent "card-dispute-assistant": field "tools[2]": (tool get_jira_ticket): tool "get_jira_ticket" is not registered`},
+		{"empty sandbox", "sandbox: python-analysis", "sandbox: r-analysis", `agents/card.yaml:12: agent "card-dispute-assistant": field "tools[3]": (sandbox r-analysis): no registered tool belongs to sandbox "r-analysis"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -374,6 +374,14 @@ func TestGrantedTools(t *testing.T) {
 			}
 			if d.Bind(tools) == nil || d.Grants("issue_refund") {
 				t.Error("Bind succeeded or granted tools despite an unresolved grant")
+			}
+			// A stored definition has no file: the grant is named by its path.
+			stored, err := DefinitionFromJSON(d.CanonicalJSON())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := stored.GrantedTools(tools); err == nil || !strings.Contains(err.Error(), `agent "card-dispute-assistant" version `) {
+				t.Errorf("stored definition: %v", err)
 			}
 		})
 	}

@@ -59,6 +59,7 @@ func (r *Registry) Apply(ctx context.Context, d *Definition) (created bool, err 
 	if err != nil {
 		return false, fmt.Errorf("agent %q version %d is invalid: %w", d.Agent, d.Version, err)
 	}
+	fresh.file, fresh.doc = d.file, d.doc // grants keep their order: errors point into the file
 	if err := r.bind(ctx, fresh); err != nil {
 		return false, err
 	}
@@ -197,7 +198,7 @@ func (r *Registry) Resolve(ctx context.Context, ref, runID string) (*Definition,
 	case errors.Is(err, store.ErrNotFound) && !hasSel:
 		return r.resolveLatest(ctx, name)
 	case errors.Is(err, store.ErrNotFound):
-		return nil, 0, fmt.Errorf("agent %q has no alias %q: %w", name, alias, err)
+		return nil, 0, r.unknownAlias(ctx, name, alias)
 	case err != nil:
 		return nil, 0, fmt.Errorf("agent %q: reading alias %q: %w", name, alias, err)
 	}
@@ -207,6 +208,42 @@ func (r *Registry) Resolve(ctx context.Context, ref, runID string) (*Definition,
 	}
 	d, err := r.Get(ctx, name, version)
 	return d, version, err
+}
+
+// UnknownAliasError says that an agent exists but has no such alias, and
+// names the aliases it has. It matches store.ErrNotFound.
+type UnknownAliasError struct {
+	Agent, Alias string
+	Aliases      []string // sorted
+}
+
+func (e *UnknownAliasError) Error() string {
+	if len(e.Aliases) == 0 {
+		return fmt.Sprintf("agent %s has no alias %s; it has no aliases (name a version number or %s)", e.Agent, e.Alias, AliasLatest)
+	}
+	return fmt.Sprintf("agent %s has no alias %s; its aliases are %s", e.Agent, e.Alias, strings.Join(e.Aliases, ", "))
+}
+
+func (e *UnknownAliasError) Unwrap() error { return store.ErrNotFound }
+
+// unknownAlias reports a missing alias: as a missing agent when the agent
+// has no version at all, else as an UnknownAliasError.
+func (r *Registry) unknownAlias(ctx context.Context, name, alias string) error {
+	if _, err := r.latestVersion(ctx, name); err != nil {
+		return err
+	}
+	als, err := r.store.ListAliases(ctx, name)
+	if err != nil {
+		return fmt.Errorf("agent %q: listing aliases: %w", name, err)
+	}
+	e := &UnknownAliasError{Agent: name, Alias: alias}
+	for _, a := range als {
+		if a.Agent == name {
+			e.Aliases = append(e.Aliases, a.Alias)
+		}
+	}
+	sort.Strings(e.Aliases)
+	return e
 }
 
 func (r *Registry) resolveLatest(ctx context.Context, name string) (*Definition, int, error) {

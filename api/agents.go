@@ -56,6 +56,11 @@ func (s *Server) agentOwned(ctx context.Context, p *Principal, name string, clai
 
 func handleCreateAgentVersion(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
 	name := params["agent"]
+	// A definition is YAML, of which JSON is a subset.
+	if err := requireMediaType(r, "application/yaml", "application/x-yaml", "text/yaml", "application/json"); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, agent.MaxDefinitionBytes+1))
 	if err != nil {
 		s.fail(w, r, badRequest("reading the body: %v", err))

@@ -96,7 +96,7 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 	for i := range pend {
 		// The request event's time is not in PendingApproval; the expiry
 		// and the request itself are what a decider needs.
-		out.Approvals = append(out.Approvals, toApproval(pend[i].Run, time.Time{}, &pend[i].Request))
+		out.Approvals = append(out.Approvals, toApproval(pend[i].Run, pend[i].RequestedAt, &pend[i].Request))
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -64,6 +64,7 @@ func BenchmarkRunStart(b *testing.B) {
 					body := fmt.Sprintf(`{"agent":"%s","input":"bench %d","mode":"%s"}`, apitest.DemoAgent, i, mode)
 					req, _ := http.NewRequest("POST", s.HTTP.URL+"/v1/runs", strings.NewReader(body))
 					req.Header.Set("Authorization", "Bearer "+s.Keys[apitest.Priya])
+					req.Header.Set("Content-Type", "application/json")
 					start := time.Now()
 					resp, err := client.Do(req)
 					if err != nil {

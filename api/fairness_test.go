@@ -131,6 +131,7 @@ func measureFairness(t testing.TB) fairness {
 		req, _ := http.NewRequest("POST", f.http.URL+"/v1/runs", strings.NewReader(`{"agent":"`+demoAgent+`","input":"chat `+
 			string(rune('a'+i))+`","mode":"stream"}`))
 		req.Header.Set("Authorization", "Bearer "+f.keys[gus])
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)

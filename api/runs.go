@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
@@ -185,6 +186,10 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 	run, err := s.p.StartRun(ctx, sr)
 	if err != nil {
 		release()
+		var ua *agent.UnknownAliasError
+		if errors.As(err, &ua) {
+			return nil, false, &httpError{http.StatusNotFound, "alias_not_found", ua.Error()}
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, notFound("agent")
 		}

@@ -186,6 +186,7 @@ func TestStreamRun(t *testing.T) {
 	req, _ := http.NewRequest("POST", f.http.URL+"/v1/runs",
 		strings.NewReader(`{"agent":"card-dispute-assistant","input":"`+demoTask+`","mode":"stream"}`))
 	req.Header.Set("Authorization", "Bearer "+f.keys[priya])
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,9 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ import (
 	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // Backend is the store the API runs on.
@@ -356,8 +359,30 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // maxBody bounds request bodies (an agent definition is at most 1 MiB).
 const maxBody = 2 << 20
 
-// decodeBody reads a JSON body strictly: unknown fields are errors.
+// requireMediaType answers 415 unless the request's Content-Type is one of
+// the types given (parameters such as charset are allowed). Without it a
+// form post or a text/plain body would be parsed as if the client had
+// meant to send JSON.
+func requireMediaType(r *http.Request, types ...string) error {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && slices.Contains(types, mt) {
+		return nil
+	}
+	got := "no Content-Type"
+	if ct != "" {
+		got = fmt.Sprintf("Content-Type %q", trace.Preview([]byte(ct), 100))
+	}
+	return &httpError{http.StatusUnsupportedMediaType, "unsupported_media_type",
+		fmt.Sprintf("the body must be %s; the request has %s", strings.Join(types, " or "), got)}
+}
+
+// decodeBody reads a JSON body strictly: the Content-Type must say JSON and
+// unknown fields are errors.
 func decodeBody(r *http.Request, v any) error {
+	if err := requireMediaType(r, "application/json"); err != nil {
+		return err
+	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
 		return badRequest("reading the body: %v", err)

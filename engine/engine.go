@@ -4,7 +4,9 @@
 // the top, and every recorded effect returns its recorded event instead of
 // running again. Only when the code reaches the end of the log does it go
 // live. Workers hold a lease per run; an expired lease is taken over by
-// another worker, and the lease epoch fences the old one out of the log.
+// another worker, and the lease epoch fences the old one out of the log. A
+// lease never outlives its TTL because the wall clock stepped back: the
+// store bounds such a lease to now + TTL when a worker next claims.
 //
 // The workflow sees only the Env interface, so the same loop code can run on
 // another durable-execution engine (Temporal) that implements Env.

@@ -218,7 +218,14 @@ func (e *Engine) drive(parent context.Context, run *store.Run) error {
 	switch {
 	case err == nil:
 		var noWake time.Time
-		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake})
+		if err := e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake}); err != nil {
+			return err
+		}
+		if out.Status == store.StatusFailed {
+			// The server's log says why, not only the run's record.
+			e.o.Logger.Warn("run failed", "run", run.ID, "tenant", run.Tenant, "agent", fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion), "reason", out.Result)
+		}
+		return nil
 	case errors.As(err, &sus):
 		st := store.StatusWaiting
 		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, WakeAt: &sus.WakeAt})

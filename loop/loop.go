@@ -99,8 +99,15 @@ type Options struct {
 	// Sandboxes, when set, destroys a run's tier-2/3 sandboxes when the run
 	// ends; the records become the run's sandbox_teardown event.
 	Sandboxes SandboxEnder
-	// RepeatNote and RepeatStop are the loop-detection thresholds (3 and 5).
+	// Loop detection, each rule a note to the model at its first threshold
+	// and a stop at its second: RepeatNote and RepeatStop count the same
+	// call (tool, canonical arguments, result) (3 and 5); ErrorNote and
+	// ErrorStop count consecutive failed tool results (2 and 3); StaleNote
+	// and StaleStop count consecutive steps whose every tool result hash was
+	// already seen in the run (5 and 8).
 	RepeatNote, RepeatStop int
+	ErrorNote, ErrorStop   int
+	StaleNote, StaleStop   int
 	Logger                 *slog.Logger
 }
 
@@ -135,6 +142,18 @@ func New(o Options) (*Loop, error) {
 	}
 	if o.RepeatStop <= 0 {
 		o.RepeatStop = 5
+	}
+	if o.ErrorNote <= 0 {
+		o.ErrorNote = 2
+	}
+	if o.ErrorStop <= 0 {
+		o.ErrorStop = 3
+	}
+	if o.StaleNote <= 0 {
+		o.StaleNote = 5
+	}
+	if o.StaleStop <= 0 {
+		o.StaleStop = 8
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -171,6 +190,17 @@ type state struct {
 	// does not count.
 	waitedMS int64
 	repeats  map[string]int
+	// seenResults holds every tool result hash of the run; stepNew is set
+	// when the current step produced one not seen before; staleSteps and
+	// toolErrors count consecutive steps without one and consecutive failed
+	// results (loop detection).
+	seenResults map[string]bool
+	stepNew     bool
+	staleSteps  int
+	toolErrors  int
+	// modelErr is why the last failed model call failed, for the run's
+	// end reason.
+	modelErr string
 	// sandboxed is set once a tool result came from a sandbox: the run
 	// then records its sandboxes' teardown before it ends.
 	sandboxed bool
@@ -253,12 +283,13 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 			return l.finalCall(ctx, st, step, b)
 		}
 		if resp == nil {
-			return l.end(ctx, st, step, store.StatusFailed, "", "the model call failed")
+			return l.end(ctx, st, step, store.StatusFailed, "", "the model call failed: "+trace.Preview([]byte(st.modelErr), 600))
 		}
 		calls := resp.ToolCalls()
 		if len(calls) == 0 {
 			return l.end(ctx, st, step, store.StatusCompleted, resp.Text(), "")
 		}
+		st.stepNew = false
 		for i, c := range calls {
 			stop, err := l.toolCall(ctx, st, step, i, c)
 			if err != nil {
@@ -270,6 +301,11 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 			if stop != "" {
 				return l.end(ctx, st, step, store.StatusFailed, "", stop)
 			}
+		}
+		if stop, err := l.detectStale(ctx, st, step); err != nil {
+			return engine.Outcome{}, err
+		} else if stop != "" {
+			return l.end(ctx, st, step, store.StatusFailed, "", stop)
 		}
 	}
 }
@@ -327,7 +363,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, calls: map[string]int{}, handles: map[string]bool{}, startAt: ev.At.UnixMicro()}
+	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, seenResults: map[string]bool{}, calls: map[string]int{}, handles: map[string]bool{}, startAt: ev.At.UnixMicro()}
 	if err := json.Unmarshal(ev.Payload, &st.started); err != nil {
 		return nil, fmt.Errorf("run_started payload: %w", err)
 	}
@@ -523,6 +559,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 		return nil, err
 	}
 	if mc.Error != "" {
+		st.modelErr = mc.Error
 		return nil, nil
 	}
 	if err := l.noteModelDivergence(ctx, st, step, noTools, mc.Response); err != nil {
@@ -684,16 +721,65 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		}
 		st.tainted = true
 	}
-	// Loop detection: same tool, same canonical arguments, same result.
-	rk := call.Name + "\x00" + attempt.ArgsHash + "\x00" + res.ResultHash
+	return l.detectLoop(ctx, st, step, call.Name, attempt.ArgsHash, &res)
+}
+
+// detectLoop applies the per-call loop-detection rules to one recorded
+// result: the same call with the same result (RepeatNote, RepeatStop) and
+// consecutive failed results (ErrorNote, ErrorStop). It also marks the
+// step as adding new information when the result is one the run has not
+// seen (detectStale). Each rule first adds a note the model reads, then
+// stops the run; a non-empty return is the stop reason.
+func (l *Loop) detectLoop(ctx context.Context, st *state, step int, name, argsHash string, res *trace.ToolResult) (string, error) {
+	if !st.seenResults[res.ResultHash] {
+		st.seenResults[res.ResultHash] = true
+		st.stepNew = true
+	}
+	// A denial is a control's decision the model must adapt to, not a
+	// failing tool: it neither counts as an error nor ends a run of them.
+	switch res.Status {
+	case trace.StatusOK:
+		st.toolErrors = 0
+	case trace.StatusError, trace.StatusTimeout, trace.StatusInvalid:
+		st.toolErrors++
+	}
+	rk := name + "\x00" + argsHash + "\x00" + res.ResultHash
 	st.repeats[rk]++
 	n := st.repeats[rk]
 	switch {
 	case n >= l.o.RepeatStop:
-		return fmt.Sprintf("loop detected: %s called %d times with the same arguments and the same result", call.Name, n), nil
+		return fmt.Sprintf("loop detected: %s called %d times with the same arguments and the same result", name, n), nil
+	case st.toolErrors >= l.o.ErrorStop:
+		return fmt.Sprintf("loop detected: %d tool calls in a row failed (the last: %s, %s)", st.toolErrors, name, res.Status), nil
 	case n == l.o.RepeatNote:
-		text := fmt.Sprintf("Note from the platform: you have called %s %d times with the same arguments and got the same result each time. Calling it again will not change the answer; try a different approach or finish.", call.Name, n)
+		text := fmt.Sprintf("Note from the platform: you have called %s %d times with the same arguments and got the same result each time. Calling it again will not change the answer; try a different approach or finish.", name, n)
 		if _, err := l.note(ctx, st, step, "repeat", text); err != nil {
+			return "", err
+		}
+	case st.toolErrors == l.o.ErrorNote:
+		text := fmt.Sprintf("Note from the platform: your last %d tool calls failed. Read the errors and change your approach; %d failures in a row stop the run.", st.toolErrors, l.o.ErrorStop)
+		if _, err := l.note(ctx, st, step, "tool_errors", text); err != nil {
+			return "", err
+		}
+	}
+	return "", nil
+}
+
+// detectStale ends a step that called tools: a step whose every result
+// hash was already seen in the run adds no new information. StaleNote
+// such steps in a row add a note the model reads; StaleStop stop the run.
+func (l *Loop) detectStale(ctx context.Context, st *state, step int) (string, error) {
+	if st.stepNew {
+		st.staleSteps = 0
+		return "", nil
+	}
+	st.staleSteps++
+	switch {
+	case st.staleSteps >= l.o.StaleStop:
+		return fmt.Sprintf("loop detected: %d steps in a row added no new information (every tool result was one already seen in this run)", st.staleSteps), nil
+	case st.staleSteps == l.o.StaleNote:
+		text := fmt.Sprintf("Note from the platform: your last %d steps returned only results you had already seen. Repeating them will not add information; use what you have, try something different, or finish.", st.staleSteps)
+		if _, err := l.note(ctx, st, step, "no_new_information", text); err != nil {
 			return "", err
 		}
 	}

@@ -168,7 +168,11 @@ type RunStore interface {
 	// ClaimRun leases one runnable run (queued, running with an expired lease,
 	// or waiting whose WakeAt has passed or that has a pending signal) to owner
 	// for ttl, preferring the oldest. It returns ErrNotFound when none is
-	// runnable. The returned run carries the new LeaseEpoch.
+	// runnable. The returned run carries the new LeaseEpoch. A lease expiring
+	// farther ahead of now than the TTL it was granted or renewed for (the
+	// clock stepped back since) is first bounded to now plus that TTL, so a
+	// dead claimer's run is taken over one TTL later whatever the clock did;
+	// ClaimRunByID does the same.
 	ClaimRun(ctx context.Context, owner string, ttl time.Duration, now time.Time) (*Run, error)
 	// ClaimRunByID leases a specific run if it is runnable.
 	ClaimRunByID(ctx context.Context, id, owner string, ttl time.Duration, now time.Time) (*Run, error)

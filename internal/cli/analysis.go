@@ -116,7 +116,7 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	}
 	fmt.Fprintf(c.out, "\nAnalysis step: %s compares a year of card history (%d generated transactions plus October's) in Python, in a gVisor sandbox\n\n",
 		AnalysisAgent, analysisRows)
-	run, final, err := c.playDemoRun(p, AnalysisAgent, AnalysisTask)
+	run, final, err := c.playDemoRun(p, AnalysisAgent, AnalysisTask, false)
 	if err != nil {
 		return err
 	}

@@ -44,16 +44,16 @@ func (c *command) decide(decision string, args []string) error {
 	as := fs.String("as", "", "the user deciding (required; must be in the approval's group and not the requester)")
 	tenant := fs.String("tenant", "", "the decider's tenant (default: the run's)")
 	comment := fs.String("comment", "", "a comment recorded with the decision and shown to the model")
-	newArgs := fs.String("args", "", "edit only: the new arguments as a JSON object")
+	newArgs := new(string)
+	if decision == "edit" {
+		newArgs = fs.String("args", "", "the new arguments as a JSON object (required)")
+	}
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || *as == "" {
-		return exitCode{2, fmt.Sprintf("usage: agentplane %s APPROVAL_ID --as USER [--comment TEXT]", decision)}
-	}
-	if (decision == "edit") != (*newArgs != "") {
-		return exitCode{2, "--args goes with edit, and edit needs --args"}
+	if len(pos) != 1 || *as == "" || (decision == "edit" && *newArgs == "") {
+		return exitCode{2, "usage: " + usageLines[decision]}
 	}
 	p, err := c.open(&cm, nil)
 	if err != nil {

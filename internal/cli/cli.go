@@ -109,6 +109,7 @@ Usage:
   agentplane tools list
   agentplane run AGENT --task TEXT [--user U]      run an agent in-process and stream its timeline
   agentplane runs                                  list runs with status, steps, tokens and cost
+  agentplane runs RUN|last                         one run: its status, usage and its whole output
   agentplane trace RUN|last                        every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
   agentplane trace export RUN --otlp URL           send the run's OpenTelemetry GenAI spans over OTLP/HTTP
@@ -118,13 +119,19 @@ Usage:
   agentplane eval run SET --agent NAME@VERSION     run an eval set on simulated tools, graded in code
   agentplane eval compare BASE CAND --set SET      compare two versions (--runs QUERY: replay runs)
   agentplane approvals                             list approvals waiting for a human
-  agentplane approve|reject APPROVAL --as USER     decide an approval (edit: --args JSON)
+  agentplane approve|reject APPROVAL --as USER     decide an approval
+  agentplane edit APPROVAL --as USER --args JSON   approve it with changed arguments (checked by the broker again)
   agentplane cancel RUN | message RUN --text T     signal a run (takes effect at its next step)
   agentplane bank                                  the demo's simulated bank: what it did, counted
   agentplane serve [--addr A] [--config FILE]      the HTTP API and the workers in one process
   agentplane apikey create --tenant T --user U     an API key (stored hashed, shown once); list; revoke ID
   agentplane users set TENANT USER --scopes S,...  who an agent may act for: scopes, --groups, --bind ARG=VALUE
   agentplane users list | users secret set T CONN  the users; connector secrets credentials are minted from
+
+Exit status: 0 success; 1 an error, or a run that ended other than completed
+(failed, cancelled, completed_partial), or integrity problems (trace verify),
+failed tasks or a regression (eval); 2 a usage error; 3 the run waits for an
+approval (run, replay: decide it, then agentplane worker).
 
 Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
 With AGENTPLANE_SERVER=URL and AGENTPLANE_TOKEN=KEY set, run, runs, trace, approvals,
@@ -176,23 +183,23 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 // usageLines are the synopses -h prints above the flags.
 var usageLines = map[string]string{
 	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION",
-	"apikey":       "agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | list [--tenant T] | revoke ID",
+	"apikey":       "agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | apikey list [--tenant T] | apikey revoke ID",
 	"approvals":    "agentplane approvals [--tenant T]",
 	"approve":      "agentplane approve APPROVAL_ID --as USER [--comment TEXT]",
 	"reject":       "agentplane reject APPROVAL_ID --as USER [--comment TEXT]",
 	"edit":         "agentplane edit APPROVAL_ID --as USER --args JSON [--comment TEXT]",
 	"bank":         "agentplane bank [--json] [--check-one-refund-per-run] | bank generate [--customer ID] [--count N] [--seed S]",
-	"demo":         "agentplane demo [--data DIR] [--analysis auto|on|off] [--setup-only]",
+	"demo":         "agentplane demo [--data DIR] [--analysis auto|on|off] [--setup-only] [--reject-refund]",
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
-	"replay":       "agentplane replay RUN --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]",
+	"replay":       "agentplane replay RUN|last --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]",
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json] [--detach]",
-	"runs":         "agentplane runs [--status S] [--json]",
+	"runs":         "agentplane runs [--status S] [--json] | runs RUN|last [--json]",
 	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
-	"trace":        "agentplane trace [verify] RUN|last [--full] [--json]",
+	"trace":        "agentplane trace [verify] RUN|last [--full] [--json] | trace export RUN [RUN...] --otlp URL",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
 	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",
 	"users secret": "agentplane users secret set TENANT CONNECTOR (--random | value on stdin) | list TENANT | delete TENANT CONNECTOR",
@@ -201,14 +208,40 @@ var usageLines = map[string]string{
 
 // setUsage makes -h print the command's synopsis, then its flags.
 func setUsage(fs *flag.FlagSet, name string) {
+	// A subcommand (apikey create, users secret set) shares the synopsis
+	// of the longest command it belongs to.
 	line, ok := usageLines[name]
-	if !ok {
-		return
+	for key := name; !ok; {
+		i := strings.LastIndex(key, " ")
+		if i < 0 {
+			return
+		}
+		key = key[:i]
+		line, ok = usageLines[key]
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: %s\n\nflags:\n", line)
 		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nexit status: %s\n", exitStatus(name))
 	}
+}
+
+// exitStatus says what a command's exit status means (agentplane help and
+// the README's "Exit codes" say the same).
+func exitStatus(name string) string {
+	switch name {
+	case "run", "replay":
+		return "0 the run completed; 1 it ended otherwise (failed, cancelled, completed_partial) or an error; 2 usage; 3 it waits for an approval (decide it, then agentplane worker)"
+	case "demo":
+		return "0 the demo run completed and its checks held; 1 otherwise; 2 usage"
+	case "trace":
+		return "0 ok (verify: the log is intact, or a queued run has no events yet); 1 an error or, for verify, integrity problems; 2 usage"
+	case "eval run":
+		return "0 every task passed; 1 a task failed or an error; 2 usage"
+	case "eval compare":
+		return "0 the candidate holds the thresholds; 1 it regresses or an error; 2 usage"
+	}
+	return "0 success; 1 an error; 2 usage"
 }
 
 // executesRuns names the commands that execute runs, and so take the model,

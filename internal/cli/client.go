@@ -150,8 +150,29 @@ func (c *command) remoteRuns(cl *apiclient.Client, args []string) error {
 	fs := c.remoteFlags("runs")
 	status := fs.String("status", "", "only runs with this status")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 1 {
+		return exitCode{2, "usage: " + usageLines["runs"]}
+	}
+	if len(pos) == 1 {
+		r, err := cl.GetRun(c.ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(c.out).Encode(r)
+		}
+		cost := money(r.Usage.CostMicros, r.Usage.Currency)
+		if !r.Usage.CostKnown {
+			cost = "unknown"
+		}
+		printRun(c.out, runView{ID: r.ID, Agent: fmt.Sprintf("%s@%d", r.Agent, r.AgentVersion), Status: r.Status, Tenant: r.Tenant, User: r.User,
+			Steps: r.Usage.Steps, In: r.Usage.InputTokens, Out: r.Usage.OutputTokens, Cost: cost, Created: r.CreatedAt, Updated: r.UpdatedAt,
+			Parent: r.ParentRunID, Output: r.Output, LastSeq: r.LastEventID})
+		return nil
 	}
 	rs, err := cl.ListRuns(c.ctx, apiclient.ListRunsOptions{Status: *status, Limit: 1000})
 	if err != nil {
@@ -257,19 +278,11 @@ func (c *command) remoteTrace(cl *apiclient.Client, args []string) error {
 		src.evs = append(src.evs, sev)
 	}
 	if verify {
-		rep, err := trace.Verify(c.ctx, src, runID)
+		run, err := cl.GetRun(c.ctx, runID)
 		if err != nil {
 			return err
 		}
-		for _, pr := range rep.Problems {
-			fmt.Fprintf(c.out, "FAIL seq %d: %s\n", pr.Seq, pr.Detail)
-		}
-		if !rep.OK() {
-			return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
-		}
-		fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
-			runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
-		return nil
+		return c.printVerify(src, runID, run.Status)
 	}
 	if *asJSON {
 		for i := range src.evs {
@@ -301,20 +314,20 @@ func (c *command) remoteApprovals(cl *apiclient.Client, args []string) error {
 func (c *command) remoteDecide(cl *apiclient.Client, decision string, args []string) error {
 	fs := c.remoteFlags(decision)
 	comment := fs.String("comment", "", "a comment recorded with the decision and shown to the model")
-	newArgs := fs.String("args", "", "edit only: the new arguments as a JSON object")
+	newArgs := new(string)
+	if decision == "edit" {
+		newArgs = fs.String("args", "", "the new arguments as a JSON object (required)")
+	}
 	as := fs.String("as", "", "not used in client mode: you decide as the token's user")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
+	if len(pos) != 1 || (decision == "edit" && *newArgs == "") {
 		return exitCode{2, fmt.Sprintf("usage: agentplane %s APPROVAL_ID [--comment TEXT]%s", decision, map[bool]string{true: " --args JSON"}[decision == "edit"])}
 	}
 	if *as != "" {
 		return exitCode{2, fmt.Sprintf("--as does not apply with %s set: the server decides as the user of %s", EnvServer, EnvToken)}
-	}
-	if (decision == "edit") != (*newArgs != "") {
-		return exitCode{2, "--args goes with edit, and edit needs --args"}
 	}
 	req := apiclient.DecideRequest{Decision: decision, Comment: *comment}
 	if *newArgs != "" {

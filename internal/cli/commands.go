@@ -270,14 +270,39 @@ func (c *command) runs(args []string) error {
 	fs := c.flags("runs", &cm)
 	status := fs.String("status", "", "only runs with this status")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parseInterleaved(fs, args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 1 {
+		return exitCode{2, "usage: " + usageLines["runs"]}
 	}
 	p, err := c.open(&cm, nil)
 	if err != nil {
 		return err
 	}
 	defer p.Close()
+	if len(pos) == 1 {
+		runID, err := c.runRef(p, "runs", pos[0])
+		if err != nil {
+			return err
+		}
+		r, err := p.Store.GetRun(c.ctx, runID)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(c.out).Encode(r)
+		}
+		cost := money(r.CostMicros, r.Currency)
+		if r.CostUnknown {
+			cost = "unknown"
+		}
+		printRun(c.out, runView{ID: r.ID, Agent: fmt.Sprintf("%s@%d", r.Agent, r.AgentVersion), Status: r.Status, Tenant: r.Tenant, User: r.User,
+			Steps: r.Steps, In: r.InputTokens, Out: r.OutputTokens, Cost: cost, Created: r.CreatedAt, Updated: r.UpdatedAt,
+			Parent: r.ParentRunID, Output: r.Result, LastSeq: r.LastSeq})
+		return nil
+	}
 	rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{Status: *status})
 	if err != nil {
 		return err
@@ -326,34 +351,16 @@ func (c *command) trace(args []string) error {
 		return err
 	}
 	defer p.Close()
-	runID := pos[0]
-	if runID == "last" {
-		rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{})
-		if err != nil {
-			return err
-		}
-		if len(rs) == 0 {
-			return exitCode{1, "trace last: there are no runs"}
-		}
-		runID = rs[len(rs)-1].ID
+	runID, err := c.runRef(p, "trace", pos[0])
+	if err != nil {
+		return err
 	}
-	if _, err := p.Store.GetRun(c.ctx, runID); err != nil {
+	run, err := p.Store.GetRun(c.ctx, runID)
+	if err != nil {
 		return err
 	}
 	if verify {
-		rep, err := trace.Verify(c.ctx, p.Store, runID)
-		if err != nil {
-			return err
-		}
-		for _, pr := range rep.Problems {
-			fmt.Fprintf(c.out, "FAIL seq %d: %s\n", pr.Seq, pr.Detail)
-		}
-		if !rep.OK() {
-			return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
-		}
-		fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
-			runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
-		return nil
+		return c.printVerify(p.Store, runID, run.Status)
 	}
 	evs, err := p.Store.Events(c.ctx, runID, 0, 0)
 	if err != nil {
@@ -382,6 +389,7 @@ func (c *command) worker(args []string) error {
 		return err
 	}
 	defer p.Close()
+	c.warnNoModels(p, &cm)
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// What there is to do, to report on afterwards.
@@ -416,6 +424,21 @@ func (c *command) worker(args []string) error {
 		fmt.Fprintln(c.out, line)
 	}
 	return nil
+}
+
+// runRef resolves a run argument: an id, or last for the newest run.
+func (c *command) runRef(p *platform.Platform, cmd, ref string) (string, error) {
+	if ref != "last" {
+		return ref, nil
+	}
+	rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{})
+	if err != nil {
+		return "", err
+	}
+	if len(rs) == 0 {
+		return "", exitCode{1, cmd + " last: there are no runs"}
+	}
+	return rs[len(rs)-1].ID, nil
 }
 
 // replayLabel says what a replay run replays and in which determinism mode.

@@ -78,6 +78,7 @@ func (c *command) demo(args []string) error {
 	fs.Lookup("data").DefValue = ""
 	cm.data = ""
 	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them; run nothing")
+	rejectRefund := fs.Bool("reject-refund", false, "act as a supervisor who rejects the refund (the run then says no refund was issued)")
 	analysis := fs.String("analysis", "auto", "the Python analysis step in a gVisor sandbox: auto (when runsc and the guest are found), on or off")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -125,7 +126,7 @@ func (c *command) demo(args []string) error {
 		}
 	}()
 	fmt.Fprintf(c.out, "agentplane demo: card dispute at a bank (data directory %s)\n\n", cm.data)
-	run, final, err := c.playDemoRun(p, "card-dispute-assistant@prod", DemoTask)
+	run, final, err := c.playDemoRun(p, "card-dispute-assistant@prod", DemoTask, *rejectRefund)
 	if err != nil {
 		return err
 	}
@@ -150,7 +151,8 @@ func (c *command) demo(args []string) error {
 
 // playDemoRun starts a demo run, prints its timeline as it executes and,
 // while it waits for approvals, approves them as the demo's supervisor.
-func (c *command) playDemoRun(p *platform.Platform, agentRef, task string) (*store.Run, *store.Run, error) {
+// With rejectRefund the supervisor rejects refunds and approves the rest.
+func (c *command) playDemoRun(p *platform.Platform, agentRef, task string, rejectRefund bool) (*store.Run, *store.Run, error) {
 	// The ticket is about one customer: every call that names a customer_id
 	// must name this one (tickets and e-mail addresses are left to the
 	// tools' own checks and the agent's policies).
@@ -173,10 +175,17 @@ func (c *command) playDemoRun(p *platform.Platform, agentRef, task string) (*sto
 			return nil, nil, exitCode{1, "demo run waits, but not for an approval"}
 		}
 		for _, a := range pend {
+			decision, comment := "approve", "checked: it goes to the customer's address on file"
+			switch {
+			case a.Request.Tool == "issue_refund" && rejectRefund:
+				decision, comment = "reject", "hold the refund until the airline confirms the second booking was not used"
+			case a.Request.Tool == "issue_refund":
+				comment = "duplicate charge confirmed against the statement"
+			}
 			fmt.Fprintf(c.out, "\n  ⏸  run waits: approval %s for group %s\n     %s\n", a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200))
-			fmt.Fprintf(c.out, "     the demo now acts as supervisor %s: agentplane approve %s --as %s\n\n", DemoSupervisor, a.Request.ApprovalID, DemoSupervisor)
+			fmt.Fprintf(c.out, "     the demo now acts as supervisor %s: agentplane %s %s --as %s\n\n", DemoSupervisor, decision, a.Request.ApprovalID, DemoSupervisor)
 			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: DemoTenant,
-				Decider: DemoSupervisor, Decision: "approve", Comment: "duplicate charge confirmed against the statement"}); err != nil {
+				Decider: DemoSupervisor, Decision: decision, Comment: comment}); err != nil {
 				return nil, nil, err
 			}
 		}

@@ -46,9 +46,18 @@ func (c *command) replay(args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return exitCode{2, "usage: agentplane replay RUN --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]"}
+		return exitCode{2, "usage: agentplane replay RUN|last --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]"}
 	}
-	req := platform.ReplayRequest{Of: pos[0], FromStep: *from, Agent: *agentRef, ModelAlias: *alias, Mode: *mode, Mocks: mocks, InternalLive: *internal}
+	p, err := c.open(&cm, nil)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	of, err := c.runRef(p, "replay", pos[0])
+	if err != nil {
+		return err
+	}
+	req := platform.ReplayRequest{Of: of, FromStep: *from, Agent: *agentRef, ModelAlias: *alias, Mode: *mode, Mocks: mocks, InternalLive: *internal}
 	if *instr != "" {
 		b, err := os.ReadFile(*instr)
 		if err != nil {
@@ -56,11 +65,6 @@ func (c *command) replay(args []string) error {
 		}
 		req.Instructions = string(b)
 	}
-	p, err := c.open(&cm, nil)
-	if err != nil {
-		return err
-	}
-	defer p.Close()
 	run, err := p.Replay(c.ctx, req)
 	if err != nil {
 		return err
@@ -78,6 +82,9 @@ func (c *command) replay(args []string) error {
 	}
 	if final.Status == store.StatusWaiting {
 		return exitCode{3, fmt.Sprintf("replay %s waits (for an approval of a live call)", run.ID)}
+	}
+	if final.Status != store.StatusCompleted {
+		return exitCode{1, fmt.Sprintf("replay %s ended %s", run.ID, final.Status)}
 	}
 	return nil
 }

@@ -50,6 +50,7 @@ func (c *command) serve(args []string) error {
 		return err
 	}
 	defer p.Close()
+	c.warnNoModels(p, &cm)
 	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
 		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate})
 	if err != nil {
@@ -84,6 +85,15 @@ func (c *command) serve(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// warnNoModels says, when a process that executes runs starts, that no
+// model is configured, so that the first failed run is no surprise.
+func (c *command) warnNoModels(p *platform.Platform, cm *common) {
+	if !p.ModelsConfigured() {
+		fmt.Fprintf(c.err, "agentplane: WARNING: no model is configured (no %s and no --models): every run will fail; %s\n",
+			filepath.Join(cm.data, "models.yaml"), platform.NoModelsHint)
+	}
 }
 
 func loadAPIConfig(path, dataDir string) (*api.Config, error) {

@@ -7,7 +7,9 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -17,7 +19,13 @@ import (
 type timeline struct {
 	w        io.Writer
 	currency string
+	// stamps prefixes each event with its sequence number (the SSE id) and
+	// time, as agentplane trace prints it.
+	stamps bool
 }
+
+// resultShown is how much of a run's final output a timeline prints.
+const resultShown = 400
 
 // clean makes text from models and tools safe for a terminal: control
 // characters (including ANSI escapes) become spaces, and it is cut to n runes.
@@ -57,6 +65,9 @@ func money(micros int64, cur string) string {
 
 func (t *timeline) event(ev *store.Event) {
 	w := t.w
+	if t.stamps {
+		fmt.Fprintf(w, "%5d %s ", ev.Seq, ev.At.UTC().Format("15:04:05.000"))
+	}
 	switch ev.Type {
 	case trace.EvRunStarted:
 		var p trace.RunStarted
@@ -234,11 +245,42 @@ func (t *timeline) event(ev *store.Event) {
 		}
 		fmt.Fprintln(w)
 		if p.Result != "" {
-			fmt.Fprintf(w, "  result  %s\n", clean(p.Result, 400))
+			fmt.Fprintf(w, "  result  %s\n", clean(p.Result, resultShown))
+			if utf8.RuneCountInString(p.Result) > resultShown {
+				fmt.Fprintf(w, "          (cut: agentplane runs %s prints the whole output)\n", ev.RunID)
+			}
 		}
 	default:
 		fmt.Fprintf(w, "  %s\n", ev.Type)
 	}
+}
+
+// runView is what `agentplane runs RUN` shows of a run, local or remote.
+type runView struct {
+	ID, Agent, Status, Tenant, User string
+	Steps                           int
+	In, Out                         int64
+	Cost                            string
+	Created, Updated                time.Time
+	Parent                          string
+	Output                          string
+	LastSeq                         int64
+}
+
+// printRun prints one run with its whole output (the final answer, or why
+// it ended), made safe for a terminal but not cut.
+func printRun(w io.Writer, r runView) {
+	fmt.Fprintf(w, "run      %s\nagent    %s\nstatus   %s\nfor      %s/%s\n", r.ID, clean(r.Agent, 80), r.Status, clean(r.Tenant, 80), clean(r.User, 80))
+	fmt.Fprintf(w, "usage    %d steps, %d tokens in, %d out, cost %s\n", r.Steps, r.In, r.Out, r.Cost)
+	fmt.Fprintf(w, "created  %s\nupdated  %s\nevents   %d (agentplane trace %s)\n", r.Created.UTC().Format(time.RFC3339), r.Updated.UTC().Format(time.RFC3339), r.LastSeq, r.ID)
+	if r.Parent != "" {
+		fmt.Fprintf(w, "replays  %s\n", r.Parent)
+	}
+	if r.Output == "" {
+		fmt.Fprintln(w, "output   (none yet)")
+		return
+	}
+	fmt.Fprintf(w, "output\n%s\n", cleanLines(r.Output, len(r.Output)))
 }
 
 // jsonEvent is the JSON-lines form of an event (agentplane run --json, trace --json).

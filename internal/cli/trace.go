@@ -23,7 +23,10 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 	}); err != nil {
 		return err
 	}
-	tl := &timeline{w: w}
+	tl := &timeline{w: w, stamps: true}
+	if len(evs) > 0 {
+		fmt.Fprintf(w, "  SEQ TIME (UTC, %s)  the sequence number is the event's SSE id (Last-Event-ID resumes after it)\n", evs[0].At.UTC().Format("2006-01-02"))
+	}
 	shown := 0
 	for i := range evs {
 		ev := &evs[i]
@@ -62,6 +65,32 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 		}
 		tl.event(ev)
 	}
+	return nil
+}
+
+// printVerify checks a run's hash chain, blobs and prompts and prints the
+// report; integrity problems exit 1. A queued run that no worker has
+// started has no events yet: there is nothing to verify, which is not a
+// failure. An empty log of a run that has started is (trace.Verify).
+func (c *command) printVerify(src trace.Source, runID, status string) error {
+	if status == store.StatusQueued {
+		if evs, err := src.Events(c.ctx, runID, 0, 1); err == nil && len(evs) == 0 {
+			fmt.Fprintf(c.out, "run %s is queued: no events yet; nothing to verify\n", runID)
+			return nil
+		}
+	}
+	rep, err := trace.Verify(c.ctx, src, runID)
+	if err != nil {
+		return err
+	}
+	for _, pr := range rep.Problems {
+		fmt.Fprintf(c.out, "FAIL seq %d: %s\n", pr.Seq, pr.Detail)
+	}
+	if !rep.OK() {
+		return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
+	}
+	fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
+		runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
 	return nil
 }
 

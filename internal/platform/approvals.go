@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/store"
@@ -33,6 +34,8 @@ var (
 type PendingApproval struct {
 	Run     *store.Run
 	Request trace.ApprovalRequested
+	// RequestedAt is the time of the approval_requested event.
+	RequestedAt time.Time
 }
 
 // PendingApprovals lists the approvals waiting in runs of tenant ("" = all).
@@ -44,30 +47,29 @@ func (p *Platform) PendingApprovals(ctx context.Context, tenant string) ([]Pendi
 	}
 	var out []PendingApproval
 	for _, r := range runs {
-		reqs, err := p.pendingIn(ctx, r.ID)
+		reqs, err := p.pendingIn(ctx, r)
 		if err != nil {
 			return nil, err
 		}
-		for _, q := range reqs {
-			out = append(out, PendingApproval{Run: r, Request: q})
-		}
+		out = append(out, reqs...)
 	}
 	return out, nil
 }
 
-func (p *Platform) pendingIn(ctx context.Context, runID string) ([]trace.ApprovalRequested, error) {
-	evs, err := p.Store.Events(ctx, runID, 0, 0)
+// pendingIn lists the approvals of run's log that have no decision yet.
+func (p *Platform) pendingIn(ctx context.Context, run *store.Run) ([]PendingApproval, error) {
+	evs, err := p.Store.Events(ctx, run.ID, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	open := map[string]trace.ApprovalRequested{}
+	open := map[string]PendingApproval{}
 	var order []string
 	for _, ev := range evs {
 		switch ev.Type {
 		case trace.EvApprovalReq:
 			var q trace.ApprovalRequested
 			if json.Unmarshal(ev.Payload, &q) == nil {
-				open[q.ApprovalID] = q
+				open[q.ApprovalID] = PendingApproval{Run: run, Request: q, RequestedAt: ev.At}
 				order = append(order, q.ApprovalID)
 			}
 		case trace.EvApprovalDec:
@@ -77,7 +79,7 @@ func (p *Platform) pendingIn(ctx context.Context, runID string) ([]trace.Approva
 			}
 		}
 	}
-	var out []trace.ApprovalRequested
+	var out []PendingApproval
 	for _, id := range order {
 		if q, ok := open[id]; ok {
 			out = append(out, q)
@@ -111,14 +113,14 @@ func (p *Platform) DecideApproval(ctx context.Context, d DecideRequest) error {
 	if err != nil || (d.Tenant != "" && run.Tenant != d.Tenant) {
 		return fmt.Errorf("approval %s: %w", d.ApprovalID, store.ErrNotFound)
 	}
-	pending, err := p.pendingIn(ctx, runID)
+	pending, err := p.pendingIn(ctx, run)
 	if err != nil {
 		return err
 	}
 	var req *trace.ApprovalRequested
 	for i := range pending {
-		if pending[i].ApprovalID == d.ApprovalID {
-			req = &pending[i]
+		if pending[i].Request.ApprovalID == d.ApprovalID {
+			req = &pending[i].Request
 		}
 	}
 	if req == nil {

@@ -208,8 +208,43 @@ func buildGateway(o Options) (*model.Gateway, *model.Rates, error) {
 // noModels answers every call with a clear configuration error.
 type noModels struct{}
 
-func (noModels) Complete(context.Context, string, *model.Request, model.Attribution) (*model.CallResult, error) {
-	return nil, &model.Error{Err: errors.New("no model is configured: write models.yaml in the data directory or pass --models (see examples/carddispute/files/models.yaml)")}
+// NoModelsHint says how to configure a model; serve prints it at start and
+// every call without a models file fails with it.
+const NoModelsHint = "write models.yaml in the data directory or pass --models FILE (see examples/carddispute/files/models.yaml)"
+
+func (noModels) Complete(_ context.Context, alias string, _ *model.Request, _ model.Attribution) (*model.CallResult, error) {
+	return nil, &model.Error{Err: errNoModel(alias)}
+}
+
+// errNoModel is the failure of every model call without a models file.
+func errNoModel(alias string) error {
+	return fmt.Errorf("model alias %q is not configured (no models file and no API key): %s", alias, NoModelsHint)
+}
+
+// checkModelAlias fails when the gateway has no alias name (every alias is
+// unknown without a models file). A gateway that cannot list its aliases
+// (one injected by a test) is taken at its word.
+func (p *Platform) checkModelAlias(name string) error {
+	var known []string
+	switch gw := p.Models.(type) {
+	case noModels:
+		return errNoModel(name)
+	case *model.Gateway:
+		if _, ok := gw.Alias(name); ok {
+			return nil
+		}
+		known = gw.Aliases()
+	default:
+		return nil
+	}
+	return fmt.Errorf("unknown model alias %q (the models file has %s)", name, strings.Join(known, ", "))
+}
+
+// ModelsConfigured reports whether a models file (or a gateway) was given;
+// without one every model call fails.
+func (p *Platform) ModelsConfigured() bool {
+	_, none := p.Models.(noModels)
+	return !none
 }
 
 // Close stops everything Open started.

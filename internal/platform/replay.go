@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -67,10 +66,19 @@ func (p *Platform) Replay(ctx context.Context, r ReplayRequest) (*store.Run, err
 		}
 		agentName, version = d.Agent, v
 	}
-	if gw, ok := p.Models.(*model.Gateway); ok && r.ModelAlias != "" {
-		if _, ok := gw.Alias(r.ModelAlias); !ok {
-			return nil, fmt.Errorf("replay: unknown model alias %q", r.ModelAlias)
+	// The replay asks the model from its first live step: refuse up front
+	// an alias the gateway does not have, rather than start a run that can
+	// only fail.
+	alias := r.ModelAlias
+	if alias == "" {
+		d, err := p.Registry.Get(ctx, agentName, version)
+		if err != nil {
+			return nil, err
 		}
+		alias = d.Model.Alias
+	}
+	if err := p.checkModelAlias(alias); err != nil {
+		return nil, fmt.Errorf("replay: %w", err)
 	}
 	if r.ID == "" {
 		r.ID = NewRunID()

@@ -58,8 +58,9 @@ func New(s *Script, opts Options) *Provider {
 //
 //   - a request offering no tools gets the script's final text, stop reason
 //     end_turn and no tool calls, whatever turn it is;
-//   - otherwise the turn index is the number of assistant messages in req.
-//     Past the last turn, the last turn is played again if Options.Repeat is
+//   - otherwise the turn index is the number of assistant messages in req,
+//     and the turn is the one at that index on the path the request's tool
+//     results choose through the script's branches. Past the last turn, the last turn is played again if Options.Repeat is
 //     set, and otherwise the call fails with a non-retryable *model.Error.
 //
 // A tool-call argument whose value is the string "$last_handle" becomes the
@@ -97,15 +98,13 @@ func (p *Provider) Complete(ctx context.Context, req *model.Request) (*model.Res
 			turn++
 		}
 	}
-	n := len(p.script.Turns)
-	t := turn
-	if turn >= n {
-		if !p.opts.Repeat || n == 0 {
-			return nil, p.fail("script has %d turns, request asked for turn %d", n, turn+1)
-		}
-		t = n - 1
+	if len(p.script.Turns) == 0 {
+		return nil, p.fail("script has 0 turns, request asked for turn %d", turn+1)
 	}
-	st := p.script.Turns[t]
+	st, n, ok := p.script.pick(turn, req)
+	if !ok && !p.opts.Repeat {
+		return nil, p.fail("script has %d turns, request asked for turn %d", n, turn+1)
+	}
 	if want := st.ExpectToolResultContains; want != "" {
 		if got, ok := lastToolResults(req); !ok || !strings.Contains(got, want) {
 			return nil, p.fail("turn %d expects the last user message's tool results to contain %q; they were %q",

@@ -19,11 +19,22 @@
 //	    expect_tool_result_contains: "refund_id"
 //	    # Optional, for turns without tool calls: end_turn (default), max_tokens or refusal.
 //	    stop_reason: end_turn
+//	  - text: "The refund went through."
+//	    # Optional: a decision point. From this position on, the turns of the
+//	    # first branch whose text occurs in the tool results the model read
+//	    # just before it (here: the refund was refused at approval) replace
+//	    # this turn and the ones after it.
+//	    branches:
+//	      - if_tool_result_contains: '"control":"approval"'
+//	        turns:
+//	          - text: "The supervisor did not approve the refund; it was not issued."
 //
 // Decoding is strict: an unknown field is an error, and every error names the
 // file and the turn. The provider keeps no state between calls: the turn it
 // plays is the number of assistant messages already in the request, so a run
 // that crashed and is replayed, and many runs at once, all see the same turns.
+// Branches keep that: which branch a run is on is read again, on every call,
+// from the tool results in the request.
 package scripted
 
 import (
@@ -75,7 +86,21 @@ type Turn struct {
 	// ExpectToolResultContains, when set, makes the call fail unless the
 	// tool results of the request's last user message contain it.
 	ExpectToolResultContains string
+	// Branches make this turn a decision point (see Script.pick).
+	Branches []Branch
 }
+
+// Branch is an alternative continuation of a script.
+type Branch struct {
+	// IfToolResultContains is the condition: text the tool results the
+	// model read just before the branching turn contain.
+	IfToolResultContains string
+	// Turns replace the branching turn and the turns after it.
+	Turns []Turn
+}
+
+// maxBranchDepth bounds how deeply branches nest.
+const maxBranchDepth = 8
 
 // ToolCall is one scripted tool call.
 type ToolCall struct {
@@ -96,6 +121,11 @@ type (
 		Usage                    *fileUsage     `yaml:"usage"`
 		StopReason               string         `yaml:"stop_reason"`
 		ExpectToolResultContains string         `yaml:"expect_tool_result_contains"`
+		Branches                 []fileBranch   `yaml:"branches"`
+	}
+	fileBranch struct {
+		IfToolResultContains string     `yaml:"if_tool_result_contains"`
+		Turns                []fileTurn `yaml:"turns"`
 	}
 	fileToolCall struct {
 		Name string    `yaml:"name"`
@@ -143,30 +173,10 @@ func Parse(filename string, data []byte) (*Script, error) {
 
 	s := &Script{Source: filename, Final: f.Final, Turns: make([]Turn, len(f.Turns))}
 	budget := maxArgNodes
-	for i, ft := range f.Turns {
-		where := turnWhere(filename, i, span)
-		t := Turn{
-			Text:                     ft.Text,
-			StopReason:               ft.StopReason,
-			ExpectToolResultContains: ft.ExpectToolResultContains,
-		}
-		if ft.Usage != nil {
-			t.Usage = &model.Usage{
-				InputTokens:         ft.Usage.InputTokens,
-				OutputTokens:        ft.Usage.OutputTokens,
-				CacheReadTokens:     ft.Usage.CacheReadTokens,
-				CacheCreationTokens: ft.Usage.CacheCreationTokens,
-			}
-		}
-		for j, fc := range ft.ToolCalls {
-			args, err := argsJSON(&fc.Args, &budget)
-			if err != nil {
-				return nil, fmt.Errorf("%s: tool_calls[%d] (%s): args: %w", where, j, fc.Name, err)
-			}
-			t.ToolCalls = append(t.ToolCalls, ToolCall{Name: fc.Name, Args: args})
-		}
-		if err := t.validate(i); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+	for i := range f.Turns {
+		t, err := convertTurn(&f.Turns[i], i, &budget, 0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", turnWhere(filename, i, span), err)
 		}
 		s.Turns[i] = t
 	}
@@ -174,6 +184,53 @@ func Parse(filename string, data []byte) (*Script, error) {
 		return nil, fmt.Errorf("%s: %w", filename, err)
 	}
 	return s, nil
+}
+
+// convertTurn turns the YAML shape of turn i (and of its branches, whose
+// first turn is also played as turn i) into a Turn and checks it.
+func convertTurn(ft *fileTurn, i int, budget *int, depth int) (Turn, error) {
+	t := Turn{
+		Text:                     ft.Text,
+		StopReason:               ft.StopReason,
+		ExpectToolResultContains: ft.ExpectToolResultContains,
+	}
+	if ft.Usage != nil {
+		t.Usage = &model.Usage{
+			InputTokens:         ft.Usage.InputTokens,
+			OutputTokens:        ft.Usage.OutputTokens,
+			CacheReadTokens:     ft.Usage.CacheReadTokens,
+			CacheCreationTokens: ft.Usage.CacheCreationTokens,
+		}
+	}
+	for j, fc := range ft.ToolCalls {
+		args, err := argsJSON(&fc.Args, budget)
+		if err != nil {
+			return Turn{}, fmt.Errorf("tool_calls[%d] (%s): args: %w", j, fc.Name, err)
+		}
+		t.ToolCalls = append(t.ToolCalls, ToolCall{Name: fc.Name, Args: args})
+	}
+	if len(ft.Branches) > 0 && depth >= maxBranchDepth {
+		return Turn{}, fmt.Errorf("branches nest deeper than %d levels", maxBranchDepth)
+	}
+	for b, fb := range ft.Branches {
+		br := Branch{IfToolResultContains: fb.IfToolResultContains}
+		for k := range fb.Turns {
+			*budget -= 1 // every turn counts against the script's size bound
+			if *budget < 0 {
+				return Turn{}, errors.New("the script has too many turns")
+			}
+			bt, err := convertTurn(&fb.Turns[k], i+k, budget, depth+1)
+			if err != nil {
+				return Turn{}, fmt.Errorf("branches[%d].turns[%d]: %w", b, k, err)
+			}
+			br.Turns = append(br.Turns, bt)
+		}
+		t.Branches = append(t.Branches, br)
+	}
+	if err := t.validate(i); err != nil {
+		return Turn{}, err
+	}
+	return t, nil
 }
 
 // guard runs a yaml.v3 call, which is third-party code fed untrusted bytes,
@@ -255,7 +312,77 @@ func (t Turn) validate(i int) error {
 	if err := model.ValidateResponse(t.response(i, nil)); err != nil {
 		return err
 	}
+	for b, br := range t.Branches {
+		if br.IfToolResultContains == "" {
+			return fmt.Errorf("branches[%d]: if_tool_result_contains is required", b)
+		}
+		if len(br.Turns) == 0 {
+			return fmt.Errorf("branches[%d]: no turns", b)
+		}
+		for k, bt := range br.Turns {
+			if err := bt.validate(i + k); err != nil {
+				return fmt.Errorf("branches[%d].turns[%d]: %w", b, k, err)
+			}
+		}
+	}
 	return nil
+}
+
+// pick returns the turn to play as turn index turn (the number of assistant
+// messages in req), and how many turns the path it is on has. A turn with
+// branches is a decision point: from its position p on, the turns of the
+// first branch whose condition holds for the tool results the model read
+// just before its p-th answer replace it and the turns after it. Only req
+// decides, so every call of a run (and a replay of it) takes the same path.
+func (s *Script) pick(turn int, req *model.Request) (t Turn, n int, ok bool) {
+	list, base := s.Turns, 0
+descend:
+	for {
+		for i := 0; i < len(list) && base+i <= turn; i++ {
+			for _, b := range list[i].Branches {
+				if strings.Contains(resultsBefore(req, base+i), b.IfToolResultContains) {
+					list, base = b.Turns, base+i
+					continue descend
+				}
+			}
+		}
+		break
+	}
+	n = base + len(list)
+	if k := turn - base; k < len(list) {
+		return list[k], n, true
+	}
+	return list[len(list)-1], n, false
+}
+
+// resultsBefore joins the tool_result texts of the last user message before
+// req's p-th assistant message (counting from 0; the request's last user
+// message when there are only p).
+func resultsBefore(req *model.Request, p int) string {
+	end := len(req.Messages)
+	seen := 0
+	for i, m := range req.Messages {
+		if m.Role == model.RoleAssistant {
+			if seen == p {
+				end = i
+				break
+			}
+			seen++
+		}
+	}
+	for i := end - 1; i >= 0; i-- {
+		if req.Messages[i].Role == model.RoleUser {
+			var b strings.Builder
+			for _, part := range req.Messages[i].Content {
+				if part.Type == model.PartToolResult {
+					b.WriteString(part.Text)
+					b.WriteByte('\n')
+				}
+			}
+			return b.String()
+		}
+	}
+	return ""
 }
 
 // turnSpan locates the top-level turns list: the line of each item, and the
@@ -345,6 +472,8 @@ func shapeName(goType string) string {
 		return "a tool call"
 	case "fileUsage":
 		return "usage"
+	case "fileBranch":
+		return "a branch"
 	}
 	return goType
 }

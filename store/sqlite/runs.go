@@ -126,7 +126,41 @@ func (s *Store) ClaimRun(ctx context.Context, owner string, ttl time.Duration, n
 
 // ClaimRunByID implements store.RunStore.
 func (s *Store) ClaimRunByID(ctx context.Context, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
+	if err := s.boundLeases(ctx, now); err != nil {
+		return nil, err
+	}
 	return s.claim(ctx, id, owner, ttl, now)
+}
+
+// leaseTooLong matches leases that expire farther ahead of now than the
+// TTL they were granted for: impossible on one clock, so the clock that
+// wrote them has since stepped back.
+const leaseTooLong = "status = 'running' AND lease_expires > :now + lease_ttl"
+
+// boundLeases bounds every lease to its TTL from now. Lease expiry is wall
+// time written by the claimer's clock; after that clock steps back (an NTP
+// step, a VM restore), a dead claimer's lease would otherwise hold its run
+// for as long as the step. Bounding keeps a live claimer's lease (its next
+// renewal, at a third of the TTL, writes a fresh expiry) and lets a dead
+// one's run be taken over one TTL later, whatever the clock did. Idle
+// polls only read.
+func (s *Store) boundLeases(ctx context.Context, now time.Time) error {
+	nowArg := sql.Named("now", micros(now))
+	var id string
+	err := s.r.QueryRowContext(ctx, "SELECT id FROM runs WHERE "+leaseTooLong+" LIMIT 1", nowArg).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_expires = :now + lease_ttl WHERE "+leaseTooLong, nowArg)
+	if err != nil {
+		return err
+	}
+	n, _ := res.RowsAffected()
+	s.log.Warn("leases ran past their TTL from now (the clock stepped back); bounded to now + TTL", "runs", n, "now", now)
+	return nil
 }
 
 // runnableParts are the ways a run becomes runnable, each one an indexed
@@ -168,6 +202,9 @@ ORDER BY start, c.created_at, c.id LIMIT 1`
 // 1/weight, so over time tenants get claims in proportion to their weights
 // and a tenant with a long backlog cannot starve one that just arrived.
 func (s *Store) claimNext(ctx context.Context, owner string, ttl time.Duration, now time.Time, interactiveOnly bool) (*store.Run, error) {
+	if err := s.boundLeases(ctx, now); err != nil {
+		return nil, err
+	}
 	nowArg := sql.Named("now", micros(now))
 	// Look first on a reader, so that idle polling never takes the write lock.
 	var id string
@@ -250,9 +287,9 @@ func (s *Store) claim(ctx context.Context, id, owner string, ttl time.Duration, 
 
 // lease gives run id to owner in tx and commits.
 func (s *Store) lease(ctx context.Context, tx *sql.Tx, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'running', lease_owner = ?, lease_expires = ?,
+	if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'running', lease_owner = ?, lease_expires = ?, lease_ttl = ?,
 		lease_epoch = lease_epoch + 1, updated_at = ? WHERE id = ?`,
-		owner, micros(now.Add(ttl)), micros(now), id); err != nil {
+		owner, micros(now.Add(ttl)), ttl.Microseconds(), micros(now), id); err != nil {
 		return nil, err
 	}
 	r, err := scanRun(tx.QueryRowContext(ctx, "SELECT "+runCols+" FROM runs WHERE id = ?", id))
@@ -268,8 +305,8 @@ func (s *Store) lease(ctx context.Context, tx *sql.Tx, id, owner string, ttl tim
 
 // RenewLease implements store.RunStore.
 func (s *Store) RenewLease(ctx context.Context, id string, epoch int64, ttl time.Duration, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_expires = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'",
-		micros(now.Add(ttl)), id, epoch)
+	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_expires = ?, lease_ttl = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'",
+		micros(now.Add(ttl)), ttl.Microseconds(), id, epoch)
 	if err != nil {
 		return err
 	}
@@ -288,7 +325,7 @@ func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.
 	q, args := runUpdateSQL(&u)
 	args = append([]any{micros(time.Now())}, args...)
 	args = append(args, id, epoch)
-	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, updated_at = ?"+q+
+	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = ?"+q+
 		" WHERE id = ? AND lease_epoch = ?", args...)
 	if err != nil {
 		return err

@@ -181,6 +181,39 @@ func testLeases(t *testing.T, newStore func(*testing.T) store.Store) {
 		wantErr(t, "ClaimRun of a completed run", err, store.ErrNotFound)
 	})
 
+	t.Run("ClockStepsBack", func(t *testing.T) {
+		// A claims at T and dies; the wall clock then steps back 3h. The
+		// lease must not hold the run for the 3h of the step: another
+		// worker takes it over one TTL after it first looks.
+		s := newStore(t)
+		newRun(t, s, "dead", modeAsync, Base)
+		newRun(t, s, "live", modeAsync, Base)
+		dead := claim(t, s, "dead", "A", Base)
+		live := claim(t, s, "live", "L", Base)
+		back := Base.Add(-3 * time.Hour)
+
+		_, err := s.ClaimRun(t.Context(), "B", leaseTTL, back)
+		wantErr(t, "ClaimRun just after the step, within the TTL", err, store.ErrNotFound)
+		// The live claimer renews on its own (stepped) clock and keeps its run.
+		ok(t, "RenewLease(live) after the step", s.RenewLease(t.Context(), "live", live.LeaseEpoch, leaseTTL, back.Add(leaseTTL/3)))
+		_, err = s.ClaimRunByID(t.Context(), "dead", "B", leaseTTL, back.Add(leaseTTL-time.Second))
+		wantErr(t, "ClaimRunByID before a TTL has passed since the step", err, store.ErrNotFound)
+
+		at := back.Add(leaseTTL + time.Second)
+		b, err := s.ClaimRun(t.Context(), "B", leaseTTL, at)
+		ok(t, "ClaimRun one TTL after the step", err)
+		checkLease(t, b, "dead", "B", at)
+		if b.LeaseEpoch <= dead.LeaseEpoch {
+			t.Fatalf("epoch after takeover = %d, want > %d", b.LeaseEpoch, dead.LeaseEpoch)
+		}
+		wantErr(t, "RenewLease(dead claimer)", s.RenewLease(t.Context(), "dead", dead.LeaseEpoch, leaseTTL, Base.Add(time.Second)), store.ErrLeaseLost)
+		if got := getRun(t, s, "live"); got.LeaseOwner != "L" || got.LeaseEpoch != live.LeaseEpoch {
+			t.Fatalf("live run: owner %q epoch %d, want L epoch %d (a renewing claimer keeps its lease)", got.LeaseOwner, got.LeaseEpoch, live.LeaseEpoch)
+		}
+		_, err = s.ClaimRun(t.Context(), "C", leaseTTL, at)
+		wantErr(t, "ClaimRun of the renewed live run", err, store.ErrNotFound)
+	})
+
 	t.Run("ReleaseToQueueIsClaimable", func(t *testing.T) {
 		s := newStore(t)
 		newRun(t, s, "r", modeAsync, Base)
