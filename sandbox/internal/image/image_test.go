@@ -62,7 +62,9 @@ type entry struct {
 	body string
 }
 
-func dirEnt(name string, mode int64) entry { return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: mode}} }
+func dirEnt(name string, mode int64) entry {
+	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: mode}}
+}
 func fileEnt(name, body string) entry {
 	return entry{hdr: tar.Header{Name: name, Typeflag: tar.TypeReg}, body: body}
 }
