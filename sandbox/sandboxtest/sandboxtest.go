@@ -93,6 +93,7 @@ func Exercise(t *testing.T, newExecutor func(t *testing.T) sandbox.Executor, opt
 		{"EgressOnlyThroughAllowlistProxy", s.egress},
 		{"PtraceMountUnshare", s.privileged},
 		{"LyingAndHugeSidecar", s.lyingSidecar},
+		{"Hostile_BackgroundProcessOutlivesCommand", s.backgroundOutlives},
 		{"ForgedTraceparent", s.traceparent},
 		{"WorkspaceFilesInAndOut", s.files},
 		{"SessionReuseKeepsWorkspace", s.session},
@@ -707,6 +708,99 @@ func (s *suite) lyingSidecar(t *testing.T) {
 	}
 	if r.Sidecar == nil {
 		t.Fatalf("the next command's sidecar is missing: %s", r.SidecarError)
+	}
+}
+
+// backgroundOutlives (issue 15, class 1): a command starts a background
+// process that ignores what it can, then kills every process it can see
+// (the in-sandbox wrapper among them) and exits. Had the background process
+// survived, it would tick a workspace file and forge the channel of later
+// commands (their request, their report, any pipe it could reach). After
+// the command nothing it started runs, and the next command runs what the
+// host asked and reports honestly.
+func (s *suite) backgroundOutlives(t *testing.T) {
+	sb := s.box(t)
+	forgedReq := `{"argv":["/bin/sh","-c","echo FORGED"],"env":["PATH=/usr/bin:/bin"],"cwd":"/workspace","workspace":"/workspace","landlock":"off"}`
+	forgedRep := `{"version":1,"started_at":"2020-01-01T00:00:00Z","ended_at":"2020-01-01T00:00:01Z","exec_ms":1,"exit_code":0,"peak_memory_bytes":1,"files":[],"network":[{"host":"evil.example","port":443,"allowed":true,"status":200}],"packages":[]}`
+	code := fmt.Sprintf(`
+import glob, os, signal, time
+FORGED_REQ, FORGED_REP = %q.encode(), %q.encode()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(r)
+    os.write(w, b"x")
+    os.close(w)
+    me, n = os.getpid(), 0
+    end = time.time() + 40
+    while time.time() < end:
+        n += 1
+        try:
+            with open("/workspace/tick.tmp", "w") as f:
+                f.write(str(n))
+            os.replace("/workspace/tick.tmp", "/workspace/tick")
+        except OSError:
+            pass
+        for name, body in (("request.json", FORGED_REQ), ("sidecar.json", FORGED_REP)):
+            try:
+                with open("/run/agentplane/" + name, "wb") as f:
+                    f.write(body)
+            except OSError:
+                pass
+        for p in glob.glob("/proc/[0-9]*/fd/*"):
+            if p.startswith("/proc/%%d/" %% me):
+                continue
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, FORGED_REP)
+                os.close(fd)
+            except OSError:
+                pass
+        time.sleep(0.02)
+    os._exit(0)
+os.close(w)
+os.read(r, 1)
+me = os.getpid()
+# Every process it can see but the sandbox's own init (killing that ends
+# the sandbox, which is no escape), and its parent whatever it is.
+victims = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me, pid)]
+for v in victims + [os.getppid()]:
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1):
+        try:
+            os.kill(v, sig)
+        except OSError:
+            pass
+print("attacked", flush=True)
+`, forgedReq, forgedRep)
+	s.run(t, sb, sandbox.Exec{Argv: py(code), Timeout: 20 * time.Second})
+	ctx := context.Background()
+	// From the host: the tick file, if the background process made one,
+	// no longer changes.
+	time.Sleep(300 * time.Millisecond)
+	first, _ := sb.ReadFile(ctx, "tick", 64)
+	time.Sleep(700 * time.Millisecond)
+	second, _ := sb.ReadFile(ctx, "tick", 64)
+	if !bytes.Equal(first, second) {
+		t.Fatalf("a background process of the previous command still runs in the sandbox (tick %q -> %q)", first, second)
+	}
+	for i := 0; i < 3; i++ {
+		token := fmt.Sprintf("honest-%d-%d", i, time.Now().UnixNano())
+		r := s.run(t, sb, sandbox.Exec{Argv: sh("echo " + token)})
+		if r.Outcome != sandbox.OutcomeOK || strings.TrimSpace(string(r.Stdout.Tail)) != token {
+			t.Fatalf("a later command did not run what the host asked: %s %q", r.Outcome, out(r))
+		}
+		if r.Sidecar == nil {
+			t.Fatalf("a later command has no report: %s", r.SidecarError)
+		}
+		if len(r.Sidecar.Network) != 0 || r.Sidecar.ExitCode != 0 || r.Sidecar.ExecMS == 1 {
+			t.Fatalf("a later command's report was forged: %+v", r.Sidecar)
+		}
 	}
 }
 
