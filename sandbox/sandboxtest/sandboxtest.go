@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentplane/agentplane/sandbox"
 	"github.com/agentplane/agentplane/sandbox/egress"
 )
@@ -94,6 +96,7 @@ func Exercise(t *testing.T, newExecutor func(t *testing.T) sandbox.Executor, opt
 		{"PtraceMountUnshare", s.privileged},
 		{"LyingAndHugeSidecar", s.lyingSidecar},
 		{"Hostile_BackgroundProcessOutlivesCommand", s.backgroundOutlives},
+		{"Hostile_InheritedDescriptors", s.inheritedDescriptors},
 		{"ForgedTraceparent", s.traceparent},
 		{"WorkspaceFilesInAndOut", s.files},
 		{"SessionReuseKeepsWorkspace", s.session},
@@ -801,6 +804,58 @@ print("attacked", flush=True)
 		if len(r.Sidecar.Network) != 0 || r.Sidecar.ExitCode != 0 || r.Sidecar.ExecMS == 1 {
 			t.Fatalf("a later command's report was forged: %+v", r.Sidecar)
 		}
+	}
+}
+
+// inheritedDescriptors (issue 15, class 5): the platform's process holds a
+// host file open without close-on-exec, as one inherited from a supervisor
+// or a shell would be. The sandboxed program must see no descriptor but
+// its stdio, and so can neither read nor write that file.
+func (s *suite) inheritedDescriptors(t *testing.T) {
+	sb := s.box(t)
+	path := filepath.Join(s.dataDir, "inherited.txt")
+	if err := os.WriteFile(path, []byte(hostSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR, 0) // no O_CLOEXEC, on purpose
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const high = 87
+	if err := unix.Dup3(fd, high, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(high)
+	code := `
+import os
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    print("OPEN", fd, os.readlink("/proc/self/fd/%d" % fd) if os.path.exists("/proc/self/fd/%d" % fd) else "?")
+    try:
+        print("READ", fd, os.pread(fd, 200, 0))
+    except OSError as e:
+        print("noread", fd, e)
+    try:
+        os.pwrite(fd, b"PWNED", 0)
+        print("WROTE", fd)
+    except OSError as e:
+        print("nowrite", fd, e)
+print("done")
+`
+	r := s.run(t, sb, sandbox.Exec{Argv: py(code)})
+	noSecret(t, r)
+	if !strings.Contains(string(r.Stdout.Tail), "done") {
+		t.Fatalf("probe did not finish: %s %q", r.Outcome, out(r))
+	}
+	if strings.Contains(string(r.Stdout.Tail), "OPEN") {
+		t.Errorf("the program holds descriptors besides its stdio:\n%s", r.Stdout.Tail)
+	}
+	if data, _ := os.ReadFile(path); string(data) != hostSecret {
+		t.Errorf("the program wrote the host's file through an inherited descriptor: %q", data)
 	}
 }
 
