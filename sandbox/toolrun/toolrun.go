@@ -241,6 +241,9 @@ func Traceparent(runID, key string) string {
 	return "00-" + hex.EncodeToString(t[:16]) + "-" + hex.EncodeToString(s[:8]) + "-01"
 }
 
+// boundary turns the manager's account of a call into the boundary record.
+// Every field but Claim comes from the host's own measurements; the
+// sidecar goes into Claim, compared with them, and changes none.
 func boundary(c sandbox.Call, err error) *trace.SandboxInfo {
 	b := c.Boundary
 	if b.Executor == "" {
@@ -250,26 +253,54 @@ func boundary(c sandbox.Call, err error) *trace.SandboxInfo {
 	info := &trace.SandboxInfo{
 		ID: b.ID, Host: b.Host, Executor: b.Executor, Tier: b.Tier, RequestedTier: b.RequestedTier, Downgraded: b.Downgraded,
 		Lifecycle: b.Lifecycle, ProvisionMS: b.ProvisionMS, WallMS: b.WallMS,
-		Outcome: r.Outcome, ExitCode: r.ExitCode, Signal: r.Signal,
+		Outcome: r.Outcome, ExitCode: r.ExitCode, Signal: r.Signal, Unclean: r.Unclean,
 		BytesIn: b.BytesIn, StdoutBytes: r.Stdout.Bytes, StderrBytes: r.Stderr.Bytes,
 		StdoutTruncated: r.Stdout.Truncated, StderrTruncated: r.Stderr.Truncated,
 		PeakMemoryBytes: r.PeakMemoryBytes, Teardown: b.Teardown, Traceparent: b.Traceparent,
-		SidecarError: r.SidecarError,
-	}
-	if err != nil {
-		info.Outcome, info.ExitCode = sandbox.OutcomeCrashed, -1
-		info.SidecarError = ""
-	}
-	if r.Sidecar != nil {
-		info.ExecMS = r.Sidecar.ExecMS
-		if raw, merr := json.Marshal(r.Sidecar); merr == nil {
-			info.Sidecar = raw
-		}
 	}
 	for _, a := range b.Egress {
 		info.Egress = append(info.Egress, trace.EgressAttempt{Host: a.Host, Port: a.Port, Allowed: a.Allowed, Reason: a.Reason, Addr: a.Addr})
 	}
+	if err != nil {
+		info.Outcome, info.ExitCode = sandbox.OutcomeCrashed, -1
+		return info
+	}
+	info.Claim = claim(r, info)
 	return info
+}
+
+// claim records the wrapper's report as the guest's claim and names the
+// host fields it contradicts.
+func claim(r sandbox.Result, host *trace.SandboxInfo) *trace.SandboxClaim {
+	sc := r.Sidecar
+	if sc == nil {
+		if r.SidecarError == "" {
+			return nil
+		}
+		return &trace.SandboxClaim{Error: r.SidecarError}
+	}
+	code := sc.ExitCode
+	cl := &trace.SandboxClaim{ExecMS: sc.ExecMS, ExitCode: &code, Signal: sc.Signal, PeakMemoryBytes: sc.PeakMemoryBytes}
+	if raw, err := json.Marshal(sc); err == nil {
+		cl.Report = raw
+	}
+	// What the claim implies, set against what the host saw.
+	outcome, _ := sandbox.Classify(sc.ExitCode, false, false)
+	if outcome != host.Outcome {
+		cl.Disputed = append(cl.Disputed, "outcome")
+	}
+	if sc.ExitCode != host.ExitCode {
+		cl.Disputed = append(cl.Disputed, "exit_code")
+	}
+	if sc.Signal != host.Signal {
+		cl.Disputed = append(cl.Disputed, "signal")
+	}
+	if sc.ExecMS > host.WallMS {
+		// The wrapper cannot have run the command longer than the host
+		// waited for it.
+		cl.Disputed = append(cl.Disputed, "wall_ms")
+	}
+	return cl
 }
 
 func pythonResult(c sandbox.Call, args PythonArgs, maxOut int) tool.Result {

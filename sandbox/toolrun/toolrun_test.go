@@ -178,7 +178,7 @@ func TestRunPythonThroughBroker(t *testing.T) {
 	bd := ex.Boundary
 	if bd == nil || bd.Executor != "gvisor" || bd.Tier != 3 || bd.Lifecycle != sandbox.LifecycleCreated || bd.ID == "" || bd.Host == "" ||
 		bd.Outcome != "ok" || bd.ExitCode != 0 || bd.ProvisionMS <= 0 || bd.WallMS <= 0 || bd.BytesIn == 0 || bd.StdoutBytes == 0 ||
-		!sandbox.ValidTraceparent(bd.Traceparent) || len(bd.Sidecar) == 0 || bd.Teardown != "" {
+		!sandbox.ValidTraceparent(bd.Traceparent) || bd.Claim == nil || len(bd.Claim.Report) == 0 || len(bd.Claim.Disputed) != 0 || bd.Teardown != "" {
 		j, _ := json.Marshal(bd)
 		t.Fatalf("boundary %s", j)
 	}
@@ -355,7 +355,7 @@ print(len(rows), "transactions;", len(dups), "duplicate group(s) with the disput
 	if info.BytesIn < int64(csv.Len()) || info.Executor != "gvisor" {
 		t.Fatalf("boundary %+v", info)
 	}
-	t.Logf("30,002 transactions: provision %d ms, wall %d ms, exec (claimed) %d ms, peak %d MiB", info.ProvisionMS, info.WallMS, info.ExecMS, info.PeakMemoryBytes>>20)
+	t.Logf("30,002 transactions: provision %d ms, wall %d ms, exec (claimed) %d ms, peak %d MiB", info.ProvisionMS, info.WallMS, info.Claim.ExecMS, info.PeakMemoryBytes>>20)
 }
 
 // TestBrokerDispatch: the broker sends a tier-3 call to its runner and
