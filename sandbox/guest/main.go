@@ -394,7 +394,17 @@ func lookPath(name string, env []string) (string, error) {
 }
 
 // idle is a container's init: it reaps orphans until it is told to stop.
+// Commands never see what it holds: it is not dumpable (no /proc/1/fd, mem
+// or environ for them) and its stdio is /dev/null.
 func idle() {
+	guard()
+	if null, err := os.OpenFile("/dev/null", os.O_RDWR, 0); err == nil {
+		for fd := 0; fd <= 2; fd++ {
+			_ = unix.Dup3(int(null.Fd()), fd, 0)
+		}
+		null.Close()
+	}
+	keepOnlyStdio()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	chld := make(chan os.Signal, 16)

@@ -97,6 +97,7 @@ func Exercise(t *testing.T, newExecutor func(t *testing.T) sandbox.Executor, opt
 		{"LyingAndHugeSidecar", s.lyingSidecar},
 		{"Hostile_BackgroundProcessOutlivesCommand", s.backgroundOutlives},
 		{"Hostile_InheritedDescriptors", s.inheritedDescriptors},
+		{"Hostile_ChannelOutOfReach", s.channelOutOfReach},
 		{"ForgedTraceparent", s.traceparent},
 		{"WorkspaceFilesInAndOut", s.files},
 		{"SessionReuseKeepsWorkspace", s.session},
@@ -804,6 +805,77 @@ print("attacked", flush=True)
 		if len(r.Sidecar.Network) != 0 || r.Sidecar.ExitCode != 0 || r.Sidecar.ExecMS == 1 {
 			t.Fatalf("a later command's report was forged: %+v", r.Sidecar)
 		}
+	}
+}
+
+// channelOutOfReach (issue 15, class 1): the program goes for the channel
+// that carries the host's request and the wrapper's report: files in the
+// run directory, the descriptors of every other process it can see
+// (through /proc), their memory, and ptrace. None of it is reachable, and
+// the report that comes back is the wrapper's.
+func (s *suite) channelOutOfReach(t *testing.T) {
+	sb := s.box(t)
+	code := `
+import ctypes, os
+# Itself, as its own pid namespace and as /proc (maybe an outer one) name it.
+me = {os.getpid(), int(os.readlink("/proc/self"))}
+libc = ctypes.CDLL(None, use_errno=True)
+for name in ("request.json", "sidecar.json", "planted"):
+    try:
+        with open("/run/agentplane/" + name, "w") as f:
+            f.write("x")
+        print("WROTE-RUN-DIR", name)
+    except OSError as e:
+        print("run dir refused", name, e.strerror)
+try:
+    os.unlink("/run/agentplane/egress.sock")
+    print("WROTE-RUN-DIR unlink")
+except OSError as e:
+    print("unlink refused", e.strerror)
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) in me:
+        continue
+    pid = int(p)
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            f = os.open("/proc/%d/fd/%s" % (pid, fd), os.O_WRONLY | os.O_NONBLOCK)
+            os.close(f)
+            print("OPENED", pid, fd, os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+        except OSError:
+            pass
+    try:
+        with open("/proc/%d/mem" % pid, "rb") as f:
+            f.read(1)
+        print("READ-MEM", pid)
+    except OSError:
+        pass
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            if f.read():
+                print("READ-ENVIRON", pid)
+    except OSError:
+        pass
+    if libc.ptrace(16, pid, 0, 0) == 0:
+        print("PTRACED", pid)
+        libc.ptrace(17, pid, 0, 0)
+print("done")
+`
+	r := s.run(t, sb, sandbox.Exec{Argv: py(code)})
+	o := string(r.Stdout.Tail)
+	if !strings.Contains(o, "done") {
+		t.Fatalf("probe did not finish: %s %q", r.Outcome, out(r))
+	}
+	for _, bad := range []string{"WROTE-RUN-DIR", "OPENED", "READ-MEM", "READ-ENVIRON", "PTRACED"} {
+		if strings.Contains(o, bad) {
+			t.Errorf("the program reached the wrapper's channel or another process (%s):\n%s", bad, o)
+		}
+	}
+	if r.Sidecar == nil || r.Sidecar.ExitCode != 0 || r.Unclean != "" {
+		t.Fatalf("the wrapper's report: %+v (%s), unclean %q", r.Sidecar, r.SidecarError, r.Unclean)
 	}
 }
 
