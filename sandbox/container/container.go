@@ -363,9 +363,11 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	b.running = nil
 	b.mu.Unlock()
 	// The host's check: bubblewrap has exited, so its pid namespace is
-	// gone and the sandbox's cgroup must be empty. Anything still in it
-	// outlived the command: it is killed, and the command is unclean.
-	left := b.cg.Pids()
+	// being torn down and the sandbox's cgroup must empty (bubblewrap's
+	// monitor can exit while its init is still dying). Anything still in
+	// it after a moment outlived the command: it is killed, and the
+	// command is unclean.
+	left := b.settle(2 * time.Second)
 	killErr := b.cg.Kill(5 * time.Second)
 	st := <-statusCh
 
@@ -399,6 +401,19 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 		hostfs.Unclean(&res, killErr.Error())
 	}
 	return res, nil
+}
+
+// settle waits up to grace for the sandbox's cgroup to empty and returns
+// the processes still in it.
+func (b *box) settle(grace time.Duration) []int {
+	deadline := time.Now().Add(grace)
+	for {
+		left := b.cg.Pids()
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 type bwrapStatus struct {

@@ -109,8 +109,12 @@ func fail(format string, args ...any) {
 // whatever this process inherited (from the runtime, from the host's
 // launcher or its supervisor) never reaches the program; the wrapper's own
 // pipes to the host stay usable here.
-func keepOnlyStdio() {
-	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+func keepOnlyStdio() { closeOnExecFrom(3) }
+
+// closeOnExecFrom marks every descriptor from first up close-on-exec
+// (close_range, or one by one from /proc/self/fd on kernels without it).
+func closeOnExecFrom(first int) {
+	if err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
 		return
 	}
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -118,7 +122,7 @@ func keepOnlyStdio() {
 		fail("list descriptors: %v", err)
 	}
 	for _, e := range ents {
-		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
 			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
 				fail("close-on-exec %d: %v", fd, err)
 			}
@@ -366,9 +370,7 @@ func enter(args []string) {
 	argv := args[2+n+1:]
 	// Close-on-exec rather than closed: the Go runtime may still use its
 	// own descriptors until the exec.
-	if err := unix.CloseRange(uint(keep), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
-		fail("enter: close descriptors: %v", err)
-	}
+	closeOnExecFrom(keep)
 	if err := syscall.Exec(argv[0], argv, os.Environ()); err != nil {
 		fail("enter: exec %s: %v", argv[0], err)
 	}

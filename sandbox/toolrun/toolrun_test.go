@@ -273,7 +273,7 @@ func TestPoolAndReaper(t *testing.T) {
 		t.Fatalf("lifecycle %q err %v", c.Boundary.Lifecycle, err)
 	}
 	if len(m.Sessions()) != 1 {
-		t.Fatalf("sessions %v", m.Sessions())
+		t.Fatalf("sessions %v: %+v", m.Sessions(), c.Result)
 	}
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
@@ -487,7 +487,8 @@ func TestCredentialReachesOnlyItsCall(t *testing.T) {
 		t.Fatalf("the tool's next call sees the first call's credential: %+v", again)
 	}
 	if i2.ID != i1.ID || again.Left != "tok-FIRST" {
-		t.Fatalf("one tool's calls in one run should share its session (ids %s %s, left %q)", i1.ID, i2.ID, again.Left)
+		j, _ := json.Marshal(i1)
+		t.Fatalf("one tool's calls in one run should share its session (ids %s %s, left %q); first call %s", i1.ID, i2.ID, again.Left, j)
 	}
 	other, i3 := do(crmB, "tok-NOTES")
 	if i3.ID == i1.ID || other.Left != "" || other.Cred != "tok-NOTES" {
