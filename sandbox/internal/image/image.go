@@ -222,7 +222,7 @@ func entryName(n string) (string, error) {
 	}
 	for _, part := range strings.Split(n, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("entry %q: names may not contain ..", n)
+			return "", fmt.Errorf("entry %q: names may not climb with \"..\"", n)
 		}
 	}
 	return filepath.Clean(n), nil
