@@ -398,16 +398,32 @@ const envTool = `package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 )
 
 func main() {
-	req, _ := os.ReadFile("/run/agentplane/request.json")
+	// Everywhere an earlier call's request could linger: the run
+	// directory, and every process's environment and command line.
+	var seen []byte
+	paths, _ := filepath.Glob("/run/agentplane/*")
+	for _, pat := range []string{"/proc/[0-9]*/environ", "/proc/[0-9]*/cmdline"} {
+		m, _ := filepath.Glob(pat)
+		paths = append(paths, m...)
+	}
+	for _, p := range paths {
+		if strings.HasPrefix(p, "/proc/self/") || strings.HasPrefix(p, "/proc/"+strconv.Itoa(os.Getpid())+"/") {
+			continue
+		}
+		data, _ := os.ReadFile(p)
+		seen = append(seen, data...)
+	}
 	left, _ := os.ReadFile("/workspace/cred.txt")
 	cred := os.Getenv("AGENTPLANE_CREDENTIAL")
 	_ = os.WriteFile("/workspace/cred.txt", []byte(cred), 0o600)
 	json.NewEncoder(os.Stdout).Encode(map[string]any{
-		"cred": cred, "left": string(left), "request_has_first": strings.Contains(string(req), "tok-FIRST"),
+		"cred": cred, "left": string(left), "request_has_first": strings.Contains(string(seen), "tok-FIRST"),
 	})
 }
 `
