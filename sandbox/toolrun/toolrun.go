@@ -97,7 +97,13 @@ type PythonResult struct {
 	StderrTruncated bool              `json:"stderr_truncated,omitempty"`
 	Files           map[string]string `json:"files,omitempty"`
 	Missing         []string          `json:"missing_outputs,omitempty"`
+	// Note tells the model when the sandbox did not survive the call.
+	Note string `json:"note,omitempty"`
 }
+
+// resetNote is what the model reads when a call's sandbox was destroyed
+// (the command did not end cleanly): its workspace is gone.
+const resetNote = "the sandbox was destroyed after this call because it did not end cleanly; the next call starts in a fresh, empty workspace"
 
 // Execute runs the call in the run's sandbox.
 func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) (tool.Result, *trace.SandboxInfo, error) {
@@ -327,6 +333,9 @@ func pythonResult(c sandbox.Call, args PythonArgs, maxOut int) tool.Result {
 			room = 0
 		}
 	}
+	if c.Boundary.Teardown == sandbox.TeardownCaller {
+		pr.Note = resetNote
+	}
 	res, _ := tool.JSONResult(pr)
 	res.IsError = r.Outcome != sandbox.OutcomeOK
 	return res
@@ -336,7 +345,11 @@ func pythonResult(c sandbox.Call, args PythonArgs, maxOut int) tool.Result {
 func genericResult(c sandbox.Call, m *tool.Manifest) tool.Result {
 	r := c.Result
 	if r.Outcome != sandbox.OutcomeOK {
-		return tool.ErrorResult("tool %s %s (exit %d): %s", m.Name, describe(r.Outcome), r.ExitCode,
+		note := ""
+		if c.Boundary.Teardown == sandbox.TeardownCaller {
+			note = " (" + resetNote + ")"
+		}
+		return tool.ErrorResult("tool %s %s (exit %d)%s: %s", m.Name, describe(r.Outcome), r.ExitCode, note,
 			sandbox.Sanitize(r.Stderr.Tail, 2048, false, r.Stderr.Truncated).Text)
 	}
 	if r.Stdout.Truncated || int(r.Stdout.Bytes) > m.MaxOutput() {

@@ -204,8 +204,9 @@ func TestRunPythonThroughBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex4.Status != trace.StatusTimeout || ex4.Boundary.Outcome != "timeout" {
-		t.Fatalf("timeout: %s %+v", ex4.Status, ex4.Boundary)
+	if ex4.Status != trace.StatusTimeout || ex4.Boundary.Outcome != "timeout" || ex4.Boundary.Teardown != sandbox.TeardownCaller ||
+		!strings.Contains(string(ex4.Output), "fresh, empty workspace") {
+		t.Fatalf("timeout: %s %+v %s", ex4.Status, ex4.Boundary, ex4.Output)
 	}
 	m.EndRun(ctx, "acme", "run_a")
 	if td.by(sandbox.TeardownCaller) < 1 {
