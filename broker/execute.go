@@ -60,15 +60,18 @@ func (b *Broker) executeSecured(ctx context.Context, m *tool.Manifest, call tool
 	}
 	out, rep := scrub.Output(ex.Output, b.o.MaxOutputBytes)
 	ex.Output, ex.Bytes, ex.Truncated, ex.Redactions = out, rep.Bytes, rep.Truncated, rep.Redactions
-	if info := ex.Boundary; info != nil {
-		if len(info.Sidecar) > 0 {
-			sc, _ := scrub.Output(info.Sidecar, maxSidecarBytes)
+	if info := ex.Boundary; info != nil && info.Claim != nil {
+		cl := info.Claim
+		if len(cl.Report) > 0 {
+			sc, _ := scrub.Output(cl.Report, maxSidecarBytes)
 			if !json.Valid(sc) {
 				sc, _ = json.Marshal(string(sc))
 			}
-			info.Sidecar = sc
+			cl.Report = sc
 		}
-		info.SidecarError = scrub.Error(errors.New(info.SidecarError))
+		if cl.Error != "" {
+			cl.Error = scrub.Error(errors.New(cl.Error))
+		}
 	}
 	return ex, nil
 }

@@ -10,7 +10,8 @@ const (
 	// GuestWorkspace is the writable workspace, the program's working
 	// directory and HOME.
 	GuestWorkspace = "/workspace"
-	// GuestRunDir holds the request, the sidecar and the egress socket.
+	// GuestRunDir holds the egress socket. It is the host's, mounted
+	// read-only: nothing in it carries a request or a report.
 	GuestRunDir = "/run/agentplane"
 	// GuestBinary is where the wrapper binary is mounted.
 	GuestBinary = "/.agentplane/guest"
@@ -19,8 +20,20 @@ const (
 	GuestRelayAddr = "127.0.0.1:3128"
 )
 
+// The wrapper's channel with the host: two pipes whose other ends only the
+// host holds. The host writes the request (JSON) into GuestRequestFD and
+// closes it; the wrapper writes its report (the sidecar, JSON) into
+// GuestReportFD once the command and everything it started are gone.
+// Nothing in the sandbox's file system carries either, and the program
+// never holds them: the wrapper keeps them close-on-exec and is not
+// dumpable, so neither /proc/PID/fd nor ptrace reaches them.
+const (
+	GuestRequestFD = 5
+	GuestReportFD  = 6
+)
+
 // GuestRequest is what the host asks the wrapper inside a sandbox to do
-// for one command. The host writes it as JSON to GuestRunDir/request.json.
+// for one command. The host writes it as JSON into GuestRequestFD.
 type GuestRequest struct {
 	Argv []string `json:"argv"`
 	// Env is the program's complete environment.
@@ -28,8 +41,6 @@ type GuestRequest struct {
 	Cwd string   `json:"cwd"`
 	// Workspace is watched for changed files and installed packages.
 	Workspace string `json:"workspace"`
-	// Sidecar is where the wrapper writes its report.
-	Sidecar string `json:"sidecar"`
 	// EgressSocket, when set, is the proxy socket the relay forwards to.
 	EgressSocket string `json:"egress_socket,omitempty"`
 	RelayAddr    string `json:"relay_addr,omitempty"`
@@ -42,9 +53,13 @@ type GuestRequest struct {
 	// or "off". Writable lists the paths the program may write.
 	Landlock string   `json:"landlock"`
 	Writable []string `json:"writable,omitempty"`
-	// KillAll makes the wrapper kill every process it can signal once the
-	// program exits, so nothing started in the background outlives it.
-	KillAll bool `json:"kill_all,omitempty"`
+	// PIDNamespace makes the wrapper run the program in a pid namespace
+	// of its own (with a user namespace, so no privilege is needed) whose
+	// init is a wrapper process: when the program's main process exits,
+	// or the init is killed, the kernel kills everything the command
+	// started. For runtimes that run several commands in one long-lived
+	// sandbox (gVisor); bubblewrap gives each command its own already.
+	PIDNamespace bool `json:"pid_namespace,omitempty"`
 }
 
 var reTraceparent = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)

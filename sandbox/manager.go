@@ -324,12 +324,9 @@ func (m *Manager) Run(ctx context.Context, req Request) (Call, error) {
 	s.lastUsed = m.o.Clock()
 	s.uses++
 	m.mu.Unlock()
-	// A sandbox in an unknown state is not used again.
-	if err != nil || res.Outcome == OutcomeOOM || res.Outcome == OutcomeCrashed {
-		reason := "sandbox failed"
-		if err == nil {
-			reason = "command ended " + res.Outcome
-		}
+	// A sandbox whose command did not end cleanly is in a state nobody
+	// vouches for: it is destroyed now, never used again.
+	if reason := unclean(res, err); reason != "" {
 		m.mu.Lock()
 		if m.sessions[key] == s {
 			delete(m.sessions, key)
@@ -339,6 +336,23 @@ func (m *Manager) Run(ctx context.Context, req Request) (Call, error) {
 		call.Boundary.Teardown = TeardownCaller
 	}
 	return call, err
+}
+
+// unclean says why a sandbox may not serve another command after this one,
+// or "" when it may: the sandbox failed, the command was killed (by the
+// host's timer, the OOM killer or another signal), its runtime crashed, or
+// the executor found it unclean (the wrapper's report never came, or
+// processes outlived the command).
+func unclean(res Result, err error) string {
+	switch {
+	case err != nil:
+		return "sandbox failed"
+	case res.Unclean != "":
+		return "command did not end cleanly: " + res.Unclean
+	case res.Outcome == OutcomeOOM, res.Outcome == OutcomeCrashed, res.Outcome == OutcomeTimeout, res.Outcome == OutcomeKilled:
+		return "command ended " + res.Outcome
+	}
+	return ""
 }
 
 // session returns the run's sandbox for key, locked for one call.

@@ -182,8 +182,16 @@ type Result struct {
 	// PeakMemoryBytes is the sandbox's peak memory as the host's cgroup (or
 	// the runtime) measured it; 0 when unknown.
 	PeakMemoryBytes int64
+	// Unclean says why the command did not end cleanly, as the host saw
+	// it; empty when it did. A command is unclean when the host's timer
+	// fired, when the wrapper's report did not arrive on the host's
+	// channel (the wrapper was killed or died), or when the host found
+	// processes of the command still running after it ended. The Manager
+	// destroys such a sandbox instead of using it again.
+	Unclean string
 	// Sidecar is the wrapper's report, parsed as untrusted input; nil when
-	// it was missing or invalid, with SidecarError saying why.
+	// it was missing or invalid, with SidecarError saying why. It is a
+	// claim and never changes a field above.
 	Sidecar      *Sidecar
 	SidecarError string
 }

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"strings"
-	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -77,34 +75,6 @@ type SidecarPackage struct {
 
 // ErrSidecarTooLarge is returned for a sidecar over MaxSidecarBytes.
 var ErrSidecarTooLarge = errors.New("sidecar report larger than the limit")
-
-// ReadSidecarFile reads the sidecar at p without following a symlink and
-// only if it is a regular file, at most MaxSidecarBytes, and parses it.
-func ReadSidecarFile(p string) (*Sidecar, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, errors.New("sidecar report is a symlink")
-		}
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, errors.New("sidecar report is not a regular file")
-	}
-	if st.Size() > MaxSidecarBytes {
-		return nil, fmt.Errorf("%w (%d bytes)", ErrSidecarTooLarge, st.Size())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxSidecarBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	return ParseSidecar(data)
-}
 
 // ParseSidecar parses and validates a sidecar report: one JSON object of
 // the current version, no unknown fields, every value in range, paths

@@ -306,7 +306,9 @@ type ToolResult struct {
 }
 
 // SandboxInfo is what the host measured at the sandbox boundary of one
-// tool call, kept apart from what the sandbox claimed (Sidecar).
+// tool call. Every field is the host's own measurement except Claim, which
+// holds what the wrapper inside the sandbox reported and never replaces a
+// host field.
 type SandboxInfo struct {
 	ID       string `json:"id"`
 	Host     string `json:"host"`
@@ -318,14 +320,17 @@ type SandboxInfo struct {
 	Downgraded    bool   `json:"downgraded,omitempty"`
 	Lifecycle     string `json:"lifecycle"` // created | warm | restored | reused-in-session
 	// ProvisionMS is the time to get a sandbox, WallMS what the host waited
-	// for the command, ExecMS what the sandbox says the command took.
+	// for the command.
 	ProvisionMS int64 `json:"provision_ms"`
-	ExecMS      int64 `json:"exec_ms"`
 	WallMS      int64 `json:"wall_ms"`
 	// Outcome keeps ok, exit, timeout, oom, killed and sandbox apart.
 	Outcome  string `json:"outcome"`
 	ExitCode int    `json:"exit_code"`
 	Signal   string `json:"signal,omitempty"`
+	// Unclean says why the command did not end cleanly as the host saw it
+	// (timer fired, the wrapper's report never came, processes outlived
+	// it); such a sandbox was destroyed, not reused.
+	Unclean string `json:"unclean,omitempty"`
 	// Byte counts are measured by the host before any truncation.
 	BytesIn         int64 `json:"bytes_in"`
 	StdoutBytes     int64 `json:"stdout_bytes"`
@@ -339,10 +344,29 @@ type SandboxInfo struct {
 	Teardown    string          `json:"teardown,omitempty"`
 	Traceparent string          `json:"traceparent,omitempty"`
 	Egress      []EgressAttempt `json:"egress,omitempty"`
-	// Sidecar is the wrapper's report: size-capped, schema-checked, and
-	// still only a claim.
-	Sidecar      json.RawMessage `json:"sidecar,omitempty"`
-	SidecarError string          `json:"sidecar_error,omitempty"`
+	// Claim is the guest's claim: the wrapper's own report of the command.
+	Claim *SandboxClaim `json:"guest_claim,omitempty"`
+}
+
+// SandboxClaim is what the wrapper inside a sandbox reported of one
+// command (its sidecar). It was written next to the code that ran, so it
+// is kept as the guest's claim, beside what the host measured, and never
+// overrides a host field: where it contradicts one, Disputed names the
+// host field and the host's value stands.
+type SandboxClaim struct {
+	// ExecMS, ExitCode and Signal are the wrapper's figures (nil ExitCode:
+	// no report).
+	ExecMS          int64  `json:"exec_ms,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty"`
+	// Report is the whole sidecar: size-capped, schema-checked, scrubbed.
+	Report json.RawMessage `json:"report,omitempty"`
+	// Error says why there is no report, or why it was refused.
+	Error string `json:"error,omitempty"`
+	// Disputed lists the host fields the claim contradicts (outcome,
+	// exit_code, signal, wall_ms).
+	Disputed []string `json:"disputed,omitempty"`
 }
 
 // SandboxTeardowns records how a run's sandboxes ended: written once, before

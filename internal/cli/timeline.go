@@ -63,6 +63,23 @@ func money(micros int64, cur string) string {
 	return fmt.Sprintf("%d.%06d %s", micros/1_000_000, micros%1_000_000, cur)
 }
 
+// claim prints the sandbox's own report under its name: a claim, with the
+// host fields it contradicts.
+func (t *timeline) claim(c *trace.SandboxClaim) {
+	if c == nil {
+		return
+	}
+	if c.ExitCode == nil {
+		fmt.Fprintf(t.w, "            guest claim: none (%s)\n", clean(c.Error, 160))
+		return
+	}
+	fmt.Fprintf(t.w, "            guest claim (the sandbox's own report, unverified): exec %dms, exit %d", c.ExecMS, *c.ExitCode)
+	if len(c.Disputed) > 0 {
+		fmt.Fprintf(t.w, "; DISPUTED by the host: %s", clean(strings.Join(c.Disputed, ", "), 80))
+	}
+	fmt.Fprintln(t.w)
+}
+
 func (t *timeline) event(ev *store.Event) {
 	w := t.w
 	if t.stamps {
@@ -156,12 +173,16 @@ func (t *timeline) event(ev *store.Event) {
 		}
 		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, clean(out, show), extra)
 		if b := p.Sandbox; b != nil {
-			fmt.Fprintf(w, "    sandbox %s tier %d (%s) %s: provision %dms, wall %dms (host-measured; %dms by the sandbox's own clock), %s exit %d, out %dB",
-				b.Executor, b.Tier, clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.WallMS, b.ExecMS, b.Outcome, b.ExitCode, b.StdoutBytes)
+			fmt.Fprintf(w, "    sandbox %s tier %d (%s) %s, host-measured: provision %dms, wall %dms, %s exit %d, out %dB",
+				b.Executor, b.Tier, clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.WallMS, clean(b.Outcome, 20), b.ExitCode, b.StdoutBytes)
 			if b.Downgraded {
 				fmt.Fprintf(w, ", DOWNGRADED from tier %d", b.RequestedTier)
 			}
 			fmt.Fprintln(w)
+			if b.Unclean != "" {
+				fmt.Fprintf(w, "            not clean (sandbox destroyed): %s\n", clean(b.Unclean, 200))
+			}
+			t.claim(b.Claim)
 		}
 	case trace.EvLoopNote:
 		var p trace.LoopNote

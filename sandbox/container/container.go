@@ -252,20 +252,16 @@ func (b *box) args(egress bool) []string {
 		"--ro-bind", filepath.Join(b.dir.Etc(), "hosts"), "/etc/hosts",
 		"--ro-bind", filepath.Join(b.dir.Etc(), "nsswitch.conf"), "/etc/nsswitch.conf",
 		"--bind", b.dir.Workspace(), sandbox.GuestWorkspace,
-		"--bind", b.dir.Run(), sandbox.GuestRunDir,
+		"--ro-bind", b.dir.Run(), sandbox.GuestRunDir,
 		"--ro-bind", b.e.guest, sandbox.GuestBinary,
 		"--chdir", sandbox.GuestWorkspace,
 		"--seccomp", "3",
 		"--json-status-fd", "4",
 		"--remount-ro", "/",
-		"--", sandbox.GuestBinary, "run", sandbox.GuestRunDir+"/request.json",
+		"--", sandbox.GuestBinary, "run",
 	)
 	return a
 }
-
-// trampoline joins the cgroup (as root, before anything runs), drops to
-// the sandbox's host uid, and execs the rest of its arguments.
-const trampoline = `n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`
 
 func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) {
 	b.execMu.Lock()
@@ -273,15 +269,21 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if b.isDestroyed() {
 		return sandbox.Result{}, errors.New("sandbox destroyed")
 	}
-	if err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) {
+	ch, err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) {
 		req.Writable = []string{sandbox.GuestWorkspace, "/tmp"}
 		if b.e.landlock {
 			req.Landlock = "require"
 		}
-	}); err != nil {
+	})
+	if err != nil {
 		return sandbox.Result{}, err
 	}
-	defer b.dir.ClearRequest()
+	started := false
+	defer func() {
+		if !started {
+			ch.Close()
+		}
+	}()
 
 	filterR, filterW, err := os.Pipe()
 	if err != nil {
@@ -299,19 +301,23 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	}
 	defer statusR.Close()
 
+	// Descriptors 3 (seccomp), 4 (status), 5 and 6 (the wrapper's channel)
+	// cross into bubblewrap; enter closes every other one the platform's
+	// process holds.
+	reqR, repW := ch.GuestEnds()
 	procs := b.cg.ProcsFiles()
-	argv := []string{"-c", trampoline, "sh", strconv.Itoa(len(procs))}
+	argv := []string{"enter", "7", strconv.Itoa(len(procs))}
 	argv = append(argv, procs...)
-	argv = append(argv, b.e.o.Setpriv, "--reuid", strconv.Itoa(b.uid), "--regid", strconv.Itoa(b.uid),
+	argv = append(argv, "--", b.e.o.Setpriv, "--reuid", strconv.Itoa(b.uid), "--regid", strconv.Itoa(b.uid),
 		"--clear-groups", "--inh-caps=-all", "--", b.e.o.Bwrap)
 	argv = append(argv, b.args(x.Egress)...)
-	cmd := exec.Command("/bin/sh", argv...)
+	cmd := exec.Command(b.e.guest, argv...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	stdout, stderr := sandbox.NewTailWriter(x.TailBytes), sandbox.NewTailWriter(x.TailBytes)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Stdin = bytes.NewReader(x.Stdin)
-	cmd.ExtraFiles = []*os.File{filterR, statusW}
+	cmd.ExtraFiles = []*os.File{filterR, statusW, reqR, repW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
 
@@ -322,7 +328,9 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 		statusW.Close()
 		return sandbox.Result{}, fmt.Errorf("start bubblewrap: %w", err)
 	}
+	started = true
 	statusW.Close()
+	ch.Started()
 	b.mu.Lock()
 	b.running = cmd.Process
 	b.mu.Unlock()
@@ -354,11 +362,17 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	b.mu.Lock()
 	b.running = nil
 	b.mu.Unlock()
-	// Whatever the program left (it cannot escape the pid namespace, but
-	// be sure): nothing of a finished command keeps running.
-	_ = b.cg.Kill(5 * time.Second)
+	// The host's check: bubblewrap has exited, so its pid namespace is
+	// being torn down and the sandbox's cgroup must empty (bubblewrap's
+	// monitor can exit while its init is still dying). Anything still in
+	// it after a moment outlived the command: it is killed, and the
+	// command is unclean.
+	left := b.settle(2 * time.Second)
+	killErr := b.cg.Kill(5 * time.Second)
 	st := <-statusCh
 
+	var res sandbox.Result
+	ch.Finish(&res)
 	if cancelled {
 		return sandbox.Result{}, ctx.Err()
 	}
@@ -371,16 +385,35 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 			sandbox.Sanitize(stderr.Output().Tail, 2048, false, false).Text)
 	}
 	oom := b.cg.OOMKills() > oomBefore
-	res := sandbox.Result{
-		ExitCode: exit, Stdout: stdout.Output(), Stderr: stderr.Output(),
-		ExecMS: elapsed.Milliseconds(), PeakMemoryBytes: b.cg.PeakMemory(),
-	}
+	res.ExitCode, res.Stdout, res.Stderr = exit, stdout.Output(), stderr.Output()
+	res.ExecMS, res.PeakMemoryBytes = elapsed.Milliseconds(), b.cg.PeakMemory()
 	res.Outcome, res.Signal = sandbox.Classify(exit, timedOut, oom)
 	if timedOut && exit < 0 {
 		res.ExitCode, res.Signal = 137, "SIGKILL"
 	}
-	b.dir.AttachSidecar(&res)
+	if timedOut {
+		hostfs.Unclean(&res, "the host's timer fired")
+	}
+	if len(left) > 0 && !timedOut {
+		hostfs.Unclean(&res, fmt.Sprintf("%d processes outlived the command (killed by the host)", len(left)))
+	}
+	if killErr != nil {
+		hostfs.Unclean(&res, killErr.Error())
+	}
 	return res, nil
+}
+
+// settle waits up to grace for the sandbox's cgroup to empty and returns
+// the processes still in it.
+func (b *box) settle(grace time.Duration) []int {
+	deadline := time.Now().Add(grace)
+	for {
+		left := b.cg.Pids()
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 type bwrapStatus struct {

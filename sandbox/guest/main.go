@@ -2,10 +2,18 @@
 // mounted read-only at /.agentplane/guest. It is built as a static binary
 // (CGO_ENABLED=0) so it runs in any root filesystem.
 //
-//	guest run REQUEST.json   run one command as the request says, then
-//	                         write the sidecar report
-//	guest child REQUEST.json (internal) apply rlimits and Landlock, then exec
-//	guest idle               stay up as a container's init, reaping children
+//	guest run     run one command: read the request from the host's pipe
+//	              (fd 5), run it, write the sidecar report into the host's
+//	              pipe (fd 6)
+//	guest child   (internal) apply rlimits and Landlock, then exec the
+//	              program, or, as the init of the command's own pid
+//	              namespace, run it and exit when it exits
+//	guest idle    stay up as a container's init, reaping children
+//	guest reap    kill every process it may signal (the host's timeout)
+//	guest enter KEEP N PROCS... -- ARGV
+//	              (on the host) join the N cgroups, close every descriptor
+//	              from KEEP up, exec ARGV: the runtime starts with only the
+//	              descriptors the sandbox needs
 //
 // The wrapper runs next to untrusted code and the host treats everything it
 // writes as a claim: it only makes the program's life observable (changed
@@ -39,38 +47,49 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: guest run|child REQUEST.json | guest idle")
+		fmt.Fprintln(os.Stderr, "usage: guest run | child | idle | reap | enter KEEP N PROCS... -- ARGV")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
 	case "run":
-		os.Exit(run(arg(2)))
+		os.Exit(run())
 	case "child":
-		child(arg(2))
+		child()
 	case "idle":
 		idle()
+	case "reap":
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+	case "enter":
+		enter(os.Args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "guest: unknown command %q\n", os.Args[1])
 		os.Exit(2)
 	}
 }
 
-func arg(i int) string {
-	if len(os.Args) <= i {
-		fmt.Fprintln(os.Stderr, "guest: missing request path")
-		os.Exit(2)
-	}
-	return os.Args[i]
-}
+// maxRequest bounds the request the host sends.
+const maxRequest = 4 << 20
 
-func readRequest(p string) *sandbox.GuestRequest {
-	f, err := os.Open(p)
+// childRequestFD is where "guest child" finds its copy of the request.
+const childRequestFD = 3
+
+// readRequest reads the request from fd (a pipe the host, or the wrapper,
+// writes and closes) and closes it.
+func readRequest(fd int) *sandbox.GuestRequest {
+	f := os.NewFile(uintptr(fd), "request")
+	if f == nil {
+		fail("no request descriptor %d", fd)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxRequest+1))
 	if err != nil {
 		fail("read request: %v", err)
 	}
-	defer f.Close()
+	if len(data) > maxRequest {
+		fail("request larger than %d bytes", maxRequest)
+	}
 	var r sandbox.GuestRequest
-	if err := json.NewDecoder(io.LimitReader(f, 4<<20)).Decode(&r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		fail("parse request: %v", err)
 	}
 	if len(r.Argv) == 0 {
@@ -86,10 +105,48 @@ func fail(format string, args ...any) {
 	os.Exit(126)
 }
 
-// run starts the program through "guest child", waits for it and writes the
-// sidecar.
-func run(reqPath string) int {
-	req := readRequest(reqPath)
+// keepOnlyStdio marks every descriptor above stderr close-on-exec, so that
+// whatever this process inherited (from the runtime, from the host's
+// launcher or its supervisor) never reaches the program; the wrapper's own
+// pipes to the host stay usable here.
+func keepOnlyStdio() { closeOnExecFrom(3) }
+
+// closeOnExecFrom marks every descriptor from first up close-on-exec
+// (close_range, or one by one from /proc/self/fd on kernels without it).
+func closeOnExecFrom(first int) {
+	if err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err == nil {
+		return
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		fail("list descriptors: %v", err)
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+				fail("close-on-exec %d: %v", fd, err)
+			}
+		}
+	}
+}
+
+// guard makes this process not dumpable: the program (same uid) can then
+// neither ptrace it nor open its /proc entries (fd, mem, environ).
+func guard() {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fail("not dumpable: %v", err)
+	}
+}
+
+// run starts the program through "guest child", waits for it and sends
+// the sidecar report to the host.
+func run() int {
+	keepOnlyStdio()
+	req := readRequest(sandbox.GuestRequestFD)
+	report := os.NewFile(uintptr(sandbox.GuestReportFD), "report")
+	if report == nil {
+		fail("no report descriptor")
+	}
 	before := snapshot(req.Workspace)
 	var relay *relay
 	if req.EgressSocket != "" && req.RelayAddr != "" {
@@ -103,18 +160,49 @@ func run(reqPath string) int {
 	if err != nil {
 		self = sandbox.GuestBinary
 	}
-	cmd := exec.Command(self, "child", reqPath)
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		fail("pipe: %v", err)
+	}
+	cmd := exec.Command(self, "child")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{reqR} // childRequestFD
 	cmd.Env = req.Env
 	cmd.Dir = req.Cwd
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if !req.PIDNamespace {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	} else {
+		// (Go's Pdeathsig cannot be used here: in the new namespace the
+		// child sees no parent and kills itself. The init sets it.)
+		// The command's own pid namespace: its init is "guest child",
+		// and when that exits (with the program, or killed) the kernel
+		// kills everything in it. A user namespace mapping only this
+		// uid makes it possible without privilege; the program runs
+		// there with no capabilities (a non-root uid loses them at exec).
+		uid, gid := os.Getuid(), os.Getgid()
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID | syscall.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
+	}
 	// Signals meant for the sandbox go to the program; the wrapper stays.
 	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 	start := time.Now()
 	code, sig := 126, ""
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "agentplane sandbox: start: %v\n", err)
+		reqW.Close()
 	} else {
+		// Not dumpable from here on (not before: writing the child's uid
+		// map needs it). The program does not exist yet: the child waits
+		// for the request below.
+		guard()
+		data, _ := json.Marshal(req)
+		go func() {
+			_, _ = reqW.Write(data)
+			reqW.Close()
+		}()
 		_ = cmd.Wait()
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		switch {
@@ -124,15 +212,13 @@ func run(reqPath string) int {
 			code, sig = 128+int(ws.Signal()), unix.SignalName(ws.Signal())
 		}
 	}
+	reqR.Close()
 	end := time.Now()
 	var peak int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && cmd.ProcessState != nil {
-		peak = ru.Maxrss * 1024
-	}
-	if req.KillAll {
-		// Everything the program left running in the background dies here;
-		// kill(-1) spares only init and the wrapper itself.
-		_ = syscall.Kill(-1, syscall.SIGKILL)
+	if cmd.ProcessState != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			peak = ru.Maxrss * 1024
+		}
 	}
 	sc := sandbox.Sidecar{
 		Version: sandbox.SidecarVersion, StartedAt: start.UTC(), EndedAt: end.UTC(),
@@ -145,34 +231,45 @@ func run(reqPath string) int {
 	after := snapshot(req.Workspace)
 	sc.Files, sc.FilesTruncated = diff(before, after)
 	sc.Packages = newPackages(before, after)
-	writeSidecar(req.Sidecar, &sc)
+	writeReport(report, &sc)
 	return code
 }
 
-func writeSidecar(p string, sc *sandbox.Sidecar) {
-	if p == "" {
-		return
-	}
+// writeReport sends the sidecar to the host, dropping the file list if the
+// whole would not fit the host's limit.
+func writeReport(f *os.File, sc *sandbox.Sidecar) {
 	data, err := json.Marshal(sc)
-	if err != nil {
-		return
+	if err == nil && len(data) > sandbox.MaxSidecarBytes {
+		sc.Files, sc.FilesTruncated = []sandbox.SidecarFile{}, true
+		data, err = json.Marshal(sc)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".sidecar-*")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "agentplane sandbox: sidecar: %v\n", err)
-		return
+	if err == nil {
+		_, err = f.Write(data)
 	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), p) != nil {
-		_ = os.Remove(tmp.Name())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "agentplane sandbox: report: %v\n", err)
 	}
 }
 
 // child applies the limits that are set from inside, then becomes the
-// program.
-func child(reqPath string) {
-	req := readRequest(reqPath)
+// program, or (as the init of the command's pid namespace) runs it.
+func child() {
+	if os.Getpid() == 1 {
+		// The init of the command's pid namespace dies with the wrapper,
+		// and with it everything in the namespace. Set before the request
+		// is read: a wrapper that died before writing it ends this with
+		// an empty pipe.
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
+			fail("parent-death signal: %v", err)
+		}
+		guard()
+	}
+	keepOnlyStdio()
+	req := readRequest(childRequestFD)
+	initOfCommand := req.PIDNamespace && os.Getpid() == 1
 	setLimit := func(res int, v uint64) {
 		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
 			fail("setrlimit %d: %v", res, err)
@@ -202,14 +299,80 @@ func child(reqPath string) {
 			fail("landlock: %v", err)
 		}
 	}
+	if req.PIDNamespace && !initOfCommand {
+		fail("the command's pid namespace is missing")
+	}
 	argv0, err := lookPath(req.Argv[0], req.Env)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", req.Argv[0], err)
 		os.Exit(127)
 	}
+	if initOfCommand {
+		os.Exit(initRun(argv0, req))
+	}
 	if err := syscall.Exec(argv0, req.Argv, req.Env); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", req.Argv[0], err)
 		os.Exit(126)
+	}
+}
+
+// initRun is the command's pid-namespace init: it starts the program,
+// reaps whatever is orphaned to it, and returns the program's status (as a
+// shell reports it) when the program exits. Its own exit then ends the
+// namespace and everything left in it.
+func initRun(argv0 string, req *sandbox.GuestRequest) int {
+	pid, err := syscall.ForkExec(argv0, req.Argv, &syscall.ProcAttr{Env: req.Env, Files: []uintptr{0, 1, 2}})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", req.Argv[0], err)
+		return 126
+	}
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return 126
+		}
+		if got != pid {
+			continue
+		}
+		switch {
+		case ws.Exited():
+			return ws.ExitStatus()
+		case ws.Signaled():
+			return 128 + int(ws.Signal())
+		}
+	}
+}
+
+// enter is the host-side trampoline between the platform and a runtime
+// (bwrap, runsc): it joins the sandbox's cgroups before anything runs,
+// closes every descriptor from keep up (what the platform's process holds
+// without close-on-exec, from its supervisor or a shell, stays behind),
+// and execs the runtime.
+func enter(args []string) {
+	if len(args) < 2 {
+		fail("enter: want KEEP N PROCS... -- ARGV")
+	}
+	keep, err1 := strconv.Atoi(args[0])
+	n, err2 := strconv.Atoi(args[1])
+	if err1 != nil || err2 != nil || keep < 3 || n < 0 || len(args) < 2+n+2 || args[2+n] != "--" {
+		fail("enter: want KEEP N PROCS... -- ARGV")
+	}
+	for _, procs := range args[2 : 2+n] {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			fmt.Fprintf(os.Stderr, "agentplane sandbox: join cgroup %s: %v\n", procs, err)
+			os.Exit(125)
+		}
+	}
+	argv := args[2+n+1:]
+	// Close-on-exec rather than closed: the Go runtime may still use its
+	// own descriptors until the exec.
+	closeOnExecFrom(keep)
+	if err := syscall.Exec(argv[0], argv, os.Environ()); err != nil {
+		fail("enter: exec %s: %v", argv[0], err)
 	}
 }
 
@@ -233,7 +396,17 @@ func lookPath(name string, env []string) (string, error) {
 }
 
 // idle is a container's init: it reaps orphans until it is told to stop.
+// Commands never see what it holds: it is not dumpable (no /proc/1/fd, mem
+// or environ for them) and its stdio is /dev/null.
 func idle() {
+	guard()
+	if null, err := os.OpenFile("/dev/null", os.O_RDWR, 0); err == nil {
+		for fd := 0; fd <= 2; fd++ {
+			_ = unix.Dup3(int(null.Fd()), fd, 0)
+		}
+		null.Close()
+	}
+	keepOnlyStdio()
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	chld := make(chan os.Signal, 16)

@@ -5,7 +5,9 @@
 // /usr or the tool's own root filesystem, a tmpfs workspace, no network but
 // loopback: --network=none), started once with the wrapper as its init and
 // then given one `runsc exec` per command, so a warm sandbox runs a command
-// in tens of milliseconds instead of the half-second boot.
+// in tens of milliseconds instead of the half-second boot. Each command
+// runs in a pid namespace of its own, so nothing it starts outlives it, and
+// the host checks with runsc ps that nothing did.
 //
 // runsc must be a static build (CGO_ENABLED=0): the sandbox re-executes
 // itself inside an empty root where a dynamic loader is missing. runsc
@@ -441,7 +443,7 @@ func (b *box) boot(ctx context.Context, root string, ents []image.Entry) error {
 		ociMount{Destination: "/proc", Type: "proc", Source: "proc"},
 		ociMount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", "size=64m"}},
 		ociMount{Destination: "/workspace", Type: "bind", Source: b.dir.Workspace(), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
-		ociMount{Destination: sandbox.GuestRunDir, Type: "bind", Source: b.dir.Run(), Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		ociMount{Destination: sandbox.GuestRunDir, Type: "bind", Source: b.dir.Run(), Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		ociMount{Destination: sandbox.GuestBinary, Type: "bind", Source: b.e.guest, Options: []string{"bind", "ro"}},
 	)
 	for _, f := range []string{"passwd", "group", "hosts", "nsswitch.conf"} {
@@ -458,16 +460,17 @@ func (b *box) boot(ctx context.Context, root string, ents []image.Entry) error {
 		return err
 	}
 	// Start runsc inside the sandbox's cgroup (joined before exec), so the
-	// sentry and gofer it forks are limited and accounted there.
+	// sentry and gofer it forks are limited and accounted there, with no
+	// descriptor of the platform's process but stdio.
 	procs := b.cg.ProcsFiles()
-	args := []string{"-c", trampoline, "sh", strconv.Itoa(len(procs))}
+	args := []string{"enter", "3", strconv.Itoa(len(procs))}
 	args = append(args, procs...)
-	args = append(args, b.e.o.Runsc)
+	args = append(args, "--", b.e.o.Runsc)
 	args = append(args, b.e.globalFlags()...)
 	args = append(args, "run", "--bundle", b.bundle(), "--detach", b.id)
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, "/bin/sh", args...)
+	cmd := exec.CommandContext(cctx, b.e.guest, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
@@ -484,8 +487,6 @@ func (b *box) boot(ctx context.Context, root string, ents []image.Entry) error {
 	}
 	return nil
 }
-
-const trampoline = `n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"`
 
 func (b *box) ID() string           { return b.id }
 func (b *box) EgressSocket() string { return filepath.Join(b.dir.Run(), "egress.sock") }
@@ -510,25 +511,34 @@ func (b *box) ReadFile(ctx context.Context, p string, limit int64) ([]byte, erro
 	return b.dir.ReadFile(p, limit)
 }
 
-// Exec runs one command with `runsc exec` through the wrapper.
+// Exec runs one command with `runsc exec` through the wrapper, in a pid
+// namespace of the command's own, and then checks from the host (runsc ps)
+// that nothing of it is left.
 func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) {
 	b.execMu.Lock()
 	defer b.execMu.Unlock()
 	if b.isDestroyed() {
 		return sandbox.Result{}, errors.New("sandbox destroyed")
 	}
-	if err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) { req.KillAll = true }); err != nil {
+	ch, err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) { req.PIDNamespace = true })
+	if err != nil {
 		return sandbox.Result{}, err
 	}
-	defer b.dir.ClearRequest()
-
-	args := append(b.e.globalFlags(), "exec", "--user", fmt.Sprintf("%d:%d", b.uid, b.uid), "--cwd", sandbox.GuestWorkspace,
-		b.id, sandbox.GuestBinary, "run", sandbox.GuestRunDir+"/request.json")
-	cmd := exec.Command(b.e.o.Runsc, args...)
+	// The channel's pipes are descriptors 3 and 4 of runsc exec, which
+	// passes them to the wrapper alone as 5 and 6; enter closes every
+	// other descriptor the platform's process holds.
+	reqR, repW := ch.GuestEnds()
+	args := []string{"enter", "5", "0", "--", b.e.o.Runsc}
+	args = append(args, b.e.globalFlags()...)
+	args = append(args, "exec", "--user", fmt.Sprintf("%d:%d", b.uid, b.uid), "--cwd", sandbox.GuestWorkspace,
+		"--pass-fd", fmt.Sprintf("3:%d", sandbox.GuestRequestFD), "--pass-fd", fmt.Sprintf("4:%d", sandbox.GuestReportFD),
+		b.id, sandbox.GuestBinary, "run")
+	cmd := exec.Command(b.e.guest, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	stdout, stderr := sandbox.NewTailWriter(x.TailBytes), sandbox.NewTailWriter(x.TailBytes)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Stdin = bytes.NewReader(x.Stdin)
+	cmd.ExtraFiles = []*os.File{reqR, repW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second
 
@@ -536,8 +546,10 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	oomBefore := b.cg.OOMKills()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
+		ch.Close()
 		return sandbox.Result{}, fmt.Errorf("runsc exec: %w", err)
 	}
+	ch.Started()
 	b.mu.Lock()
 	b.running = cmd.Process
 	b.mu.Unlock()
@@ -555,7 +567,7 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	}
 	if timedOut || cancelled {
 		// Kill the program and everything it started, but not the init:
-		// the sandbox stays usable for the session.
+		// the sandbox's state is checked below.
 		b.reap()
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-waitCh
@@ -564,23 +576,23 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	b.mu.Lock()
 	b.running = nil
 	b.mu.Unlock()
+	var res sandbox.Result
+	ch.Finish(&res)
 	if cancelled {
 		return sandbox.Result{}, ctx.Err()
 	}
 	exit := hostfs.ExitCode(cmd.ProcessState)
 	oom := b.cg.OOMKills() > oomBefore
-	alive := b.alive()
-	if !alive && !oom && !timedOut {
+	left, psErr := b.remaining()
+	if psErr != nil && !oom && !timedOut && !b.alive() {
 		return sandbox.Result{}, fmt.Errorf("gVisor sandbox %s died (runsc exec exit %d): %s", b.id, exit,
 			sandbox.Sanitize(stderr.Output().Tail, 2048, false, false).Text)
 	}
 	if oom && exit != 137 {
 		exit = 137
 	}
-	res := sandbox.Result{
-		ExitCode: exit, Stdout: stdout.Output(), Stderr: stderr.Output(),
-		ExecMS: elapsed.Milliseconds(), PeakMemoryBytes: b.cg.PeakMemory(),
-	}
+	res.ExitCode, res.Stdout, res.Stderr = exit, stdout.Output(), stderr.Output()
+	res.ExecMS, res.PeakMemoryBytes = elapsed.Milliseconds(), b.cg.PeakMemory()
 	res.Outcome, res.Signal = sandbox.Classify(exit, timedOut, oom)
 	if timedOut && exit < 0 {
 		res.ExitCode, res.Signal = 137, "SIGKILL"
@@ -590,9 +602,46 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 		// program did is unknown, and so is the sandbox's state. It is not
 		// an exit status of the program; the manager does not reuse it.
 		res.Outcome, res.Signal = sandbox.OutcomeCrashed, ""
+		hostfs.Unclean(&res, "runsc exec lost its connection to the sandbox")
 	}
-	b.dir.AttachSidecar(&res)
+	if timedOut {
+		hostfs.Unclean(&res, "the host's timer fired")
+	}
+	switch {
+	case psErr != nil:
+		hostfs.Unclean(&res, "the host could not list the sandbox's processes: "+psErr.Error())
+	case len(left) > 0:
+		b.reap()
+		hostfs.Unclean(&res, fmt.Sprintf("%d processes outlived the command (killed by the host)", len(left)))
+	}
 	return res, nil
+}
+
+// remaining asks gVisor's kernel (runsc ps, from the host) which processes
+// the sandbox still runs besides its init, allowing a moment for the
+// processes of a finished command's pid namespace to be reaped.
+func (b *box) remaining() ([]int, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		out, err := b.e.runsc(context.Background(), 10*time.Second, "ps", "--format", "json", b.id)
+		if err != nil {
+			return nil, fmt.Errorf("runsc ps: %v", err)
+		}
+		var pids []int
+		if err := json.Unmarshal(bytes.TrimSpace(out), &pids); err != nil {
+			return nil, fmt.Errorf("runsc ps: %v", err)
+		}
+		var left []int
+		for _, p := range pids {
+			if p != 1 {
+				left = append(left, p)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // lostControl recognises runsc exec's own failure to reach the sandbox
@@ -602,10 +651,11 @@ func lostControl(exit int, stderrTail []byte) bool {
 	return exit == 128 && bytes.Contains(stderrTail, []byte("urpc method"))
 }
 
-// reap kills every process of the sandbox but its init, from inside.
+// reap kills every process of the sandbox but its init, from inside (the
+// wrapper's reap, so the image needs no shell).
 func (b *box) reap() {
 	_, _ = b.e.runsc(context.Background(), 10*time.Second, "exec", "--user", fmt.Sprintf("%d:%d", b.uid, b.uid),
-		b.id, "/bin/sh", "-c", "kill -KILL -1")
+		b.id, sandbox.GuestBinary, "reap")
 }
 
 // alive reports whether the sandbox's init still runs.

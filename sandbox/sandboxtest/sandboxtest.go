@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentplane/agentplane/sandbox"
 	"github.com/agentplane/agentplane/sandbox/egress"
 )
@@ -93,6 +95,9 @@ func Exercise(t *testing.T, newExecutor func(t *testing.T) sandbox.Executor, opt
 		{"EgressOnlyThroughAllowlistProxy", s.egress},
 		{"PtraceMountUnshare", s.privileged},
 		{"LyingAndHugeSidecar", s.lyingSidecar},
+		{"Hostile_BackgroundProcessOutlivesCommand", s.backgroundOutlives},
+		{"Hostile_InheritedDescriptors", s.inheritedDescriptors},
+		{"Hostile_ChannelOutOfReach", s.channelOutOfReach},
 		{"ForgedTraceparent", s.traceparent},
 		{"WorkspaceFilesInAndOut", s.files},
 		{"SessionReuseKeepsWorkspace", s.session},
@@ -707,6 +712,222 @@ func (s *suite) lyingSidecar(t *testing.T) {
 	}
 	if r.Sidecar == nil {
 		t.Fatalf("the next command's sidecar is missing: %s", r.SidecarError)
+	}
+}
+
+// backgroundOutlives (issue 15, class 1): a command starts a background
+// process that ignores what it can, then kills every process it can see
+// (the in-sandbox wrapper among them) and exits. Had the background process
+// survived, it would tick a workspace file and forge the channel of later
+// commands (their request, their report, any pipe it could reach). After
+// the command nothing it started runs, and the next command runs what the
+// host asked and reports honestly.
+func (s *suite) backgroundOutlives(t *testing.T) {
+	sb := s.box(t)
+	forgedReq := `{"argv":["/bin/sh","-c","echo FORGED"],"env":["PATH=/usr/bin:/bin"],"cwd":"/workspace","workspace":"/workspace","landlock":"off"}`
+	forgedRep := `{"version":1,"started_at":"2020-01-01T00:00:00Z","ended_at":"2020-01-01T00:00:01Z","exec_ms":1,"exit_code":0,"peak_memory_bytes":1,"files":[],"network":[{"host":"evil.example","port":443,"allowed":true,"status":200}],"packages":[]}`
+	code := fmt.Sprintf(`
+import glob, os, signal, time
+FORGED_REQ, FORGED_REP = %q.encode(), %q.encode()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_IGN)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(r)
+    os.write(w, b"x")
+    os.close(w)
+    me, n = os.getpid(), 0
+    end = time.time() + 40
+    while time.time() < end:
+        n += 1
+        try:
+            with open("/workspace/tick.tmp", "w") as f:
+                f.write(str(n))
+            os.replace("/workspace/tick.tmp", "/workspace/tick")
+        except OSError:
+            pass
+        for name, body in (("request.json", FORGED_REQ), ("sidecar.json", FORGED_REP)):
+            try:
+                with open("/run/agentplane/" + name, "wb") as f:
+                    f.write(body)
+            except OSError:
+                pass
+        for p in glob.glob("/proc/[0-9]*/fd/*"):
+            if p.startswith("/proc/%%d/" %% me):
+                continue
+            try:
+                fd = os.open(p, os.O_WRONLY | os.O_NONBLOCK)
+                os.write(fd, FORGED_REP)
+                os.close(fd)
+            except OSError:
+                pass
+        time.sleep(0.02)
+    os._exit(0)
+os.close(w)
+os.read(r, 1)
+me = os.getpid()
+# Every process it can see but the sandbox's own init (killing that ends
+# the sandbox, which is no escape), and its parent whatever it is.
+victims = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me, pid)]
+for v in victims + [os.getppid()]:
+    for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGUSR1):
+        try:
+            os.kill(v, sig)
+        except OSError:
+            pass
+print("attacked", flush=True)
+`, forgedReq, forgedRep)
+	s.run(t, sb, sandbox.Exec{Argv: py(code), Timeout: 20 * time.Second})
+	ctx := context.Background()
+	// From the host: the tick file, if the background process made one,
+	// no longer changes.
+	time.Sleep(300 * time.Millisecond)
+	first, _ := sb.ReadFile(ctx, "tick", 64)
+	time.Sleep(700 * time.Millisecond)
+	second, _ := sb.ReadFile(ctx, "tick", 64)
+	if !bytes.Equal(first, second) {
+		t.Fatalf("a background process of the previous command still runs in the sandbox (tick %q -> %q)", first, second)
+	}
+	for i := 0; i < 3; i++ {
+		token := fmt.Sprintf("honest-%d-%d", i, time.Now().UnixNano())
+		r := s.run(t, sb, sandbox.Exec{Argv: sh("echo " + token)})
+		if r.Outcome != sandbox.OutcomeOK || strings.TrimSpace(string(r.Stdout.Tail)) != token {
+			t.Fatalf("a later command did not run what the host asked: %s %q", r.Outcome, out(r))
+		}
+		if r.Sidecar == nil {
+			t.Fatalf("a later command has no report: %s", r.SidecarError)
+		}
+		if len(r.Sidecar.Network) != 0 || r.Sidecar.ExitCode != 0 || r.Sidecar.ExecMS == 1 {
+			t.Fatalf("a later command's report was forged: %+v", r.Sidecar)
+		}
+	}
+}
+
+// channelOutOfReach (issue 15, class 1): the program goes for the channel
+// that carries the host's request and the wrapper's report: files in the
+// run directory, the descriptors of every other process it can see
+// (through /proc), their memory, and ptrace. None of it is reachable, and
+// the report that comes back is the wrapper's.
+func (s *suite) channelOutOfReach(t *testing.T) {
+	sb := s.box(t)
+	code := `
+import ctypes, os
+# Itself, as its own pid namespace and as /proc (maybe an outer one) name it.
+me = {os.getpid(), int(os.readlink("/proc/self"))}
+libc = ctypes.CDLL(None, use_errno=True)
+for name in ("request.json", "sidecar.json", "planted"):
+    try:
+        with open("/run/agentplane/" + name, "w") as f:
+            f.write("x")
+        print("WROTE-RUN-DIR", name)
+    except OSError as e:
+        print("run dir refused", name, e.strerror)
+try:
+    os.unlink("/run/agentplane/egress.sock")
+    print("WROTE-RUN-DIR unlink")
+except OSError as e:
+    print("unlink refused", e.strerror)
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) in me:
+        continue
+    pid = int(p)
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            f = os.open("/proc/%d/fd/%s" % (pid, fd), os.O_WRONLY | os.O_NONBLOCK)
+            os.close(f)
+            print("OPENED", pid, fd, os.readlink("/proc/%d/fd/%s" % (pid, fd)))
+        except OSError:
+            pass
+    try:
+        with open("/proc/%d/mem" % pid, "rb") as f:
+            f.read(1)
+        print("READ-MEM", pid)
+    except OSError:
+        pass
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            if f.read():
+                print("READ-ENVIRON", pid)
+    except OSError:
+        pass
+    if libc.ptrace(16, pid, 0, 0) == 0:
+        print("PTRACED", pid)
+        libc.ptrace(17, pid, 0, 0)
+print("done")
+`
+	r := s.run(t, sb, sandbox.Exec{Argv: py(code)})
+	o := string(r.Stdout.Tail)
+	if !strings.Contains(o, "done") {
+		t.Fatalf("probe did not finish: %s %q", r.Outcome, out(r))
+	}
+	for _, bad := range []string{"WROTE-RUN-DIR", "OPENED", "READ-MEM", "READ-ENVIRON", "PTRACED"} {
+		if strings.Contains(o, bad) {
+			t.Errorf("the program reached the wrapper's channel or another process (%s):\n%s", bad, o)
+		}
+	}
+	if r.Sidecar == nil || r.Sidecar.ExitCode != 0 || r.Unclean != "" {
+		t.Fatalf("the wrapper's report: %+v (%s), unclean %q", r.Sidecar, r.SidecarError, r.Unclean)
+	}
+}
+
+// inheritedDescriptors (issue 15, class 5): the platform's process holds a
+// host file open without close-on-exec, as one inherited from a supervisor
+// or a shell would be. The sandboxed program must see no descriptor but
+// its stdio, and so can neither read nor write that file.
+func (s *suite) inheritedDescriptors(t *testing.T) {
+	sb := s.box(t)
+	path := filepath.Join(s.dataDir, "inherited.txt")
+	if err := os.WriteFile(path, []byte(hostSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR, 0) // no O_CLOEXEC, on purpose
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const high = 87
+	if err := unix.Dup3(fd, high, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(high)
+	code := `
+import os
+for fd in range(3, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    print("OPEN", fd, os.readlink("/proc/self/fd/%d" % fd) if os.path.exists("/proc/self/fd/%d" % fd) else "?")
+    try:
+        print("READ", fd, os.pread(fd, 200, 0))
+    except OSError as e:
+        print("noread", fd, e)
+    try:
+        os.pwrite(fd, b"PWNED", 0)
+        print("WROTE", fd)
+    except OSError as e:
+        print("nowrite", fd, e)
+print("done")
+`
+	r := s.run(t, sb, sandbox.Exec{Argv: py(code)})
+	noSecret(t, r)
+	if !strings.Contains(string(r.Stdout.Tail), "done") {
+		t.Fatalf("probe did not finish: %s %q", r.Outcome, out(r))
+	}
+	if strings.Contains(string(r.Stdout.Tail), "OPEN") {
+		t.Errorf("the program holds descriptors besides its stdio:\n%s", r.Stdout.Tail)
+	}
+	if data, _ := os.ReadFile(path); string(data) != hostSecret {
+		t.Errorf("the program wrote the host's file through an inherited descriptor: %q", data)
 	}
 }
 

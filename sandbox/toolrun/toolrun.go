@@ -97,7 +97,13 @@ type PythonResult struct {
 	StderrTruncated bool              `json:"stderr_truncated,omitempty"`
 	Files           map[string]string `json:"files,omitempty"`
 	Missing         []string          `json:"missing_outputs,omitempty"`
+	// Note tells the model when the sandbox did not survive the call.
+	Note string `json:"note,omitempty"`
 }
+
+// resetNote is what the model reads when a call's sandbox was destroyed
+// (the command did not end cleanly): its workspace is gone.
+const resetNote = "the sandbox was destroyed after this call because it did not end cleanly; the next call starts in a fresh, empty workspace"
 
 // Execute runs the call in the run's sandbox.
 func (r *Runner) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) (tool.Result, *trace.SandboxInfo, error) {
@@ -241,6 +247,9 @@ func Traceparent(runID, key string) string {
 	return "00-" + hex.EncodeToString(t[:16]) + "-" + hex.EncodeToString(s[:8]) + "-01"
 }
 
+// boundary turns the manager's account of a call into the boundary record.
+// Every field but Claim comes from the host's own measurements; the
+// sidecar goes into Claim, compared with them, and changes none.
 func boundary(c sandbox.Call, err error) *trace.SandboxInfo {
 	b := c.Boundary
 	if b.Executor == "" {
@@ -250,26 +259,54 @@ func boundary(c sandbox.Call, err error) *trace.SandboxInfo {
 	info := &trace.SandboxInfo{
 		ID: b.ID, Host: b.Host, Executor: b.Executor, Tier: b.Tier, RequestedTier: b.RequestedTier, Downgraded: b.Downgraded,
 		Lifecycle: b.Lifecycle, ProvisionMS: b.ProvisionMS, WallMS: b.WallMS,
-		Outcome: r.Outcome, ExitCode: r.ExitCode, Signal: r.Signal,
+		Outcome: r.Outcome, ExitCode: r.ExitCode, Signal: r.Signal, Unclean: r.Unclean,
 		BytesIn: b.BytesIn, StdoutBytes: r.Stdout.Bytes, StderrBytes: r.Stderr.Bytes,
 		StdoutTruncated: r.Stdout.Truncated, StderrTruncated: r.Stderr.Truncated,
 		PeakMemoryBytes: r.PeakMemoryBytes, Teardown: b.Teardown, Traceparent: b.Traceparent,
-		SidecarError: r.SidecarError,
-	}
-	if err != nil {
-		info.Outcome, info.ExitCode = sandbox.OutcomeCrashed, -1
-		info.SidecarError = ""
-	}
-	if r.Sidecar != nil {
-		info.ExecMS = r.Sidecar.ExecMS
-		if raw, merr := json.Marshal(r.Sidecar); merr == nil {
-			info.Sidecar = raw
-		}
 	}
 	for _, a := range b.Egress {
 		info.Egress = append(info.Egress, trace.EgressAttempt{Host: a.Host, Port: a.Port, Allowed: a.Allowed, Reason: a.Reason, Addr: a.Addr})
 	}
+	if err != nil {
+		info.Outcome, info.ExitCode = sandbox.OutcomeCrashed, -1
+		return info
+	}
+	info.Claim = claim(r, info)
 	return info
+}
+
+// claim records the wrapper's report as the guest's claim and names the
+// host fields it contradicts.
+func claim(r sandbox.Result, host *trace.SandboxInfo) *trace.SandboxClaim {
+	sc := r.Sidecar
+	if sc == nil {
+		if r.SidecarError == "" {
+			return nil
+		}
+		return &trace.SandboxClaim{Error: r.SidecarError}
+	}
+	code := sc.ExitCode
+	cl := &trace.SandboxClaim{ExecMS: sc.ExecMS, ExitCode: &code, Signal: sc.Signal, PeakMemoryBytes: sc.PeakMemoryBytes}
+	if raw, err := json.Marshal(sc); err == nil {
+		cl.Report = raw
+	}
+	// What the claim implies, set against what the host saw.
+	outcome, _ := sandbox.Classify(sc.ExitCode, false, false)
+	if outcome != host.Outcome {
+		cl.Disputed = append(cl.Disputed, "outcome")
+	}
+	if sc.ExitCode != host.ExitCode {
+		cl.Disputed = append(cl.Disputed, "exit_code")
+	}
+	if sc.Signal != host.Signal {
+		cl.Disputed = append(cl.Disputed, "signal")
+	}
+	if sc.ExecMS > host.WallMS {
+		// The wrapper cannot have run the command longer than the host
+		// waited for it.
+		cl.Disputed = append(cl.Disputed, "wall_ms")
+	}
+	return cl
 }
 
 func pythonResult(c sandbox.Call, args PythonArgs, maxOut int) tool.Result {
@@ -296,6 +333,9 @@ func pythonResult(c sandbox.Call, args PythonArgs, maxOut int) tool.Result {
 			room = 0
 		}
 	}
+	if c.Boundary.Teardown == sandbox.TeardownCaller {
+		pr.Note = resetNote
+	}
 	res, _ := tool.JSONResult(pr)
 	res.IsError = r.Outcome != sandbox.OutcomeOK
 	return res
@@ -305,7 +345,11 @@ func pythonResult(c sandbox.Call, args PythonArgs, maxOut int) tool.Result {
 func genericResult(c sandbox.Call, m *tool.Manifest) tool.Result {
 	r := c.Result
 	if r.Outcome != sandbox.OutcomeOK {
-		return tool.ErrorResult("tool %s %s (exit %d): %s", m.Name, describe(r.Outcome), r.ExitCode,
+		note := ""
+		if c.Boundary.Teardown == sandbox.TeardownCaller {
+			note = " (" + resetNote + ")"
+		}
+		return tool.ErrorResult("tool %s %s (exit %d)%s: %s", m.Name, describe(r.Outcome), r.ExitCode, note,
 			sandbox.Sanitize(r.Stderr.Tail, 2048, false, r.Stderr.Truncated).Text)
 	}
 	if r.Stdout.Truncated || int(r.Stdout.Bytes) > m.MaxOutput() {

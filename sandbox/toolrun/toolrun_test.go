@@ -178,7 +178,7 @@ func TestRunPythonThroughBroker(t *testing.T) {
 	bd := ex.Boundary
 	if bd == nil || bd.Executor != "gvisor" || bd.Tier != 3 || bd.Lifecycle != sandbox.LifecycleCreated || bd.ID == "" || bd.Host == "" ||
 		bd.Outcome != "ok" || bd.ExitCode != 0 || bd.ProvisionMS <= 0 || bd.WallMS <= 0 || bd.BytesIn == 0 || bd.StdoutBytes == 0 ||
-		!sandbox.ValidTraceparent(bd.Traceparent) || len(bd.Sidecar) == 0 || bd.Teardown != "" {
+		!sandbox.ValidTraceparent(bd.Traceparent) || bd.Claim == nil || len(bd.Claim.Report) == 0 || len(bd.Claim.Disputed) != 0 || bd.Teardown != "" {
 		j, _ := json.Marshal(bd)
 		t.Fatalf("boundary %s", j)
 	}
@@ -204,8 +204,9 @@ func TestRunPythonThroughBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex4.Status != trace.StatusTimeout || ex4.Boundary.Outcome != "timeout" {
-		t.Fatalf("timeout: %s %+v", ex4.Status, ex4.Boundary)
+	if ex4.Status != trace.StatusTimeout || ex4.Boundary.Outcome != "timeout" || ex4.Boundary.Teardown != sandbox.TeardownCaller ||
+		!strings.Contains(string(ex4.Output), "fresh, empty workspace") {
+		t.Fatalf("timeout: %s %+v %s", ex4.Status, ex4.Boundary, ex4.Output)
 	}
 	m.EndRun(ctx, "acme", "run_a")
 	if td.by(sandbox.TeardownCaller) < 1 {
@@ -273,7 +274,7 @@ func TestPoolAndReaper(t *testing.T) {
 		t.Fatalf("lifecycle %q err %v", c.Boundary.Lifecycle, err)
 	}
 	if len(m.Sessions()) != 1 {
-		t.Fatalf("sessions %v", m.Sessions())
+		t.Fatalf("sessions %v: %+v", m.Sessions(), c.Result)
 	}
 	mu.Lock()
 	now = now.Add(2 * time.Minute)
@@ -355,7 +356,7 @@ print(len(rows), "transactions;", len(dups), "duplicate group(s) with the disput
 	if info.BytesIn < int64(csv.Len()) || info.Executor != "gvisor" {
 		t.Fatalf("boundary %+v", info)
 	}
-	t.Logf("30,002 transactions: provision %d ms, wall %d ms, exec (claimed) %d ms, peak %d MiB", info.ProvisionMS, info.WallMS, info.ExecMS, info.PeakMemoryBytes>>20)
+	t.Logf("30,002 transactions: provision %d ms, wall %d ms, exec (claimed) %d ms, peak %d MiB", info.ProvisionMS, info.WallMS, info.Claim.ExecMS, info.PeakMemoryBytes>>20)
 }
 
 // TestBrokerDispatch: the broker sends a tier-3 call to its runner and
@@ -398,16 +399,32 @@ const envTool = `package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 )
 
 func main() {
-	req, _ := os.ReadFile("/run/agentplane/request.json")
+	// Everywhere an earlier call's request could linger: the run
+	// directory, and every process's environment and command line.
+	var seen []byte
+	paths, _ := filepath.Glob("/run/agentplane/*")
+	for _, pat := range []string{"/proc/[0-9]*/environ", "/proc/[0-9]*/cmdline"} {
+		m, _ := filepath.Glob(pat)
+		paths = append(paths, m...)
+	}
+	for _, p := range paths {
+		if strings.HasPrefix(p, "/proc/self/") || strings.HasPrefix(p, "/proc/"+strconv.Itoa(os.Getpid())+"/") {
+			continue
+		}
+		data, _ := os.ReadFile(p)
+		seen = append(seen, data...)
+	}
 	left, _ := os.ReadFile("/workspace/cred.txt")
 	cred := os.Getenv("AGENTPLANE_CREDENTIAL")
 	_ = os.WriteFile("/workspace/cred.txt", []byte(cred), 0o600)
 	json.NewEncoder(os.Stdout).Encode(map[string]any{
-		"cred": cred, "left": string(left), "request_has_first": strings.Contains(string(req), "tok-FIRST"),
+		"cred": cred, "left": string(left), "request_has_first": strings.Contains(string(seen), "tok-FIRST"),
 	})
 }
 `
@@ -487,7 +504,8 @@ func TestCredentialReachesOnlyItsCall(t *testing.T) {
 		t.Fatalf("the tool's next call sees the first call's credential: %+v", again)
 	}
 	if i2.ID != i1.ID || again.Left != "tok-FIRST" {
-		t.Fatalf("one tool's calls in one run should share its session (ids %s %s, left %q)", i1.ID, i2.ID, again.Left)
+		j, _ := json.Marshal(i1)
+		t.Fatalf("one tool's calls in one run should share its session (ids %s %s, left %q); first call %s", i1.ID, i2.ID, again.Left, j)
 	}
 	other, i3 := do(crmB, "tok-NOTES")
 	if i3.ID == i1.ID || other.Left != "" || other.Cred != "tok-NOTES" {

@@ -182,10 +182,10 @@ func TestSandboxBoundaryOnToolSpan(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.Sandbox = &trace.SandboxInfo{ID: "apg-1", Host: "h1", Executor: "gvisor", Tier: 3, Lifecycle: "warm",
-				ProvisionMS: 3, ExecMS: 40, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
+				ProvisionMS: 3, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
 				StdoutBytes: 100 << 20, StdoutTruncated: true,
-				Egress:  []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
-				Sidecar: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}
+				Egress: []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
+				Claim:  &trace.SandboxClaim{ExecMS: 40, Report: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}}
 			ev.Payload, _ = json.Marshal(r)
 		case trace.EvRunCompleted:
 			td, _ := json.Marshal(trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{{ID: "apg-1", Executor: "gvisor", By: "caller", Uses: 1}}})

@@ -1,8 +1,10 @@
 package hostfs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sort"
@@ -14,13 +16,14 @@ import (
 )
 
 // PrepareExec does what every executor does before a command: it fills in
-// x's defaults, writes x's files into the workspace, and writes the
-// wrapper's request (the common fields, then adjust's) with the sidecar of
-// the previous command cleared. The caller removes the request with
-// ClearRequest once the command has ended.
-func (d *Dir) PrepareExec(x *sandbox.Exec, spec sandbox.Spec, adjust func(*sandbox.GuestRequest)) error {
+// x's defaults, writes x's files into the workspace, and returns the
+// command's channel carrying the wrapper's request (the common fields,
+// then adjust's). The caller passes the channel's GuestEnds to the
+// runtime, calls Started once it runs (or Close if it did not start), and
+// Finish once it has ended.
+func (d *Dir) PrepareExec(x *sandbox.Exec, spec sandbox.Spec, adjust func(*sandbox.GuestRequest)) (*Channel, error) {
 	if len(x.Argv) == 0 {
-		return errors.New("empty argv")
+		return nil, errors.New("empty argv")
 	}
 	if x.Timeout <= 0 {
 		x.Timeout = 30 * time.Second
@@ -30,7 +33,7 @@ func (d *Dir) PrepareExec(x *sandbox.Exec, spec sandbox.Spec, adjust func(*sandb
 	}
 	for _, f := range x.Files {
 		if err := d.WriteFile(f.Path, f.Data); err != nil {
-			return fmt.Errorf("write %s: %w", f.Path, err)
+			return nil, fmt.Errorf("write %s: %w", f.Path, err)
 		}
 	}
 	cpu := x.CPUTime
@@ -39,8 +42,8 @@ func (d *Dir) PrepareExec(x *sandbox.Exec, spec sandbox.Spec, adjust func(*sandb
 	}
 	req := &sandbox.GuestRequest{
 		Argv: x.Argv, Env: sandbox.GuestEnv(*x), Cwd: sandbox.GuestWorkspace,
-		Workspace: sandbox.GuestWorkspace, Sidecar: sandbox.GuestRunDir + "/sidecar.json",
-		NProc: spec.Pids, CPUSeconds: int((cpu + time.Second - 1) / time.Second),
+		Workspace: sandbox.GuestWorkspace,
+		NProc:     spec.Pids, CPUSeconds: int((cpu + time.Second - 1) / time.Second),
 		FileSizeBytes: int64(spec.WorkspaceMB) << 20, NoFile: 1024, Landlock: "off",
 	}
 	if x.Egress {
@@ -49,22 +52,114 @@ func (d *Dir) PrepareExec(x *sandbox.Exec, spec sandbox.Spec, adjust func(*sandb
 	if adjust != nil {
 		adjust(req)
 	}
-	if err := d.WriteRequest(req); err != nil {
-		return err
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
 	}
-	d.ClearSidecar()
-	return nil
+	return newChannel(data)
 }
 
-// AttachSidecar reads the wrapper's report of the command into res, or
-// records why it was refused.
-func (d *Dir) AttachSidecar(res *sandbox.Result) {
-	sc, err := sandbox.ReadSidecarFile(d.SidecarPath())
-	if err != nil {
-		res.SidecarError = sandbox.Sanitize([]byte(err.Error()), 512, false, false).Text
-		return
+// Channel is one command's two pipes to the wrapper: the request goes in
+// on one, the report comes back on the other. The host holds the far ends,
+// the runtime hands the near ends to the wrapper alone (GuestRequestFD,
+// GuestReportFD), so nothing the sandboxed program can write (a file in
+// the sandbox, the wrapper's memory, a later command's request) carries
+// either.
+type Channel struct {
+	req        []byte
+	reqR, reqW *os.File
+	repR, repW *os.File
+	done       chan struct{}
+	report     []byte
+	readErr    error
+}
+
+func newChannel(req []byte) (*Channel, error) {
+	c := &Channel{req: req, done: make(chan struct{})}
+	var err error
+	if c.reqR, c.reqW, err = os.Pipe(); err != nil {
+		return nil, err
 	}
-	res.Sidecar = sc
+	if c.repR, c.repW, err = os.Pipe(); err != nil {
+		c.reqR.Close()
+		c.reqW.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// GuestEnds are the wrapper's ends: the request's read end and the
+// report's write end, in that order.
+func (c *Channel) GuestEnds() (request, report *os.File) { return c.reqR, c.repW }
+
+// Started closes the host's copies of the wrapper's ends, sends the request
+// and starts collecting the report. Call it once the runtime has started.
+func (c *Channel) Started() {
+	c.reqR.Close()
+	c.repW.Close()
+	go func() {
+		_, _ = c.reqW.Write(c.req)
+		c.reqW.Close()
+	}()
+	go func() {
+		defer close(c.done)
+		c.report, c.readErr = io.ReadAll(io.LimitReader(c.repR, sandbox.MaxSidecarBytes+1))
+		// Whatever comes beyond the limit is drained, so the writer never
+		// blocks; the report is refused by its size.
+		_, _ = io.Copy(io.Discard, c.repR)
+	}()
+}
+
+// Close releases a channel whose runtime never started.
+func (c *Channel) Close() {
+	for _, f := range []*os.File{c.reqR, c.reqW, c.repR, c.repW} {
+		_ = f.Close()
+	}
+}
+
+// reportWait bounds how long the host waits, after the runtime has exited,
+// for the report's write end to close.
+const reportWait = 2 * time.Second
+
+// Finish attaches the wrapper's report to res once the command has ended
+// (the runtime exited): parsed as untrusted input into res.Sidecar, or the
+// reason there is none in res.SidecarError. No report on the host's
+// channel, or one the parser refuses, means the wrapper did not see the
+// command through (it was killed, or something else wrote): the command is
+// marked unclean. The report never changes a field the host measured.
+func (c *Channel) Finish(res *sandbox.Result) {
+	select {
+	case <-c.done:
+	case <-time.After(reportWait):
+	}
+	c.repR.Close()
+	<-c.done
+	switch {
+	case c.readErr != nil && len(c.report) == 0:
+		res.SidecarError = "no report from the wrapper: " + sandbox.Sanitize([]byte(c.readErr.Error()), 256, false, false).Text
+	case len(c.report) == 0:
+		res.SidecarError = "no report from the wrapper: it was killed or died before the command ended"
+	default:
+		sc, err := sandbox.ParseSidecar(c.report)
+		if err != nil {
+			res.SidecarError = sandbox.Sanitize([]byte(err.Error()), 512, false, false).Text
+		} else {
+			res.Sidecar = sc
+		}
+	}
+	if res.Sidecar == nil {
+		Unclean(res, "the wrapper's report did not arrive ("+res.SidecarError+")")
+	}
+}
+
+// Unclean marks res as a command that did not end cleanly, keeping the
+// first reason and adding later ones.
+func Unclean(res *sandbox.Result, reason string) {
+	if res.Unclean == "" {
+		res.Unclean = reason
+	} else {
+		res.Unclean += "; " + reason
+	}
 }
 
 // ExitCode is a finished process's exit code as a shell reports it (128+N

@@ -1,6 +1,8 @@
 // Package hostfs holds the host-side state every sandbox executor keeps on
 // disk: a private directory per sandbox with a size-capped tmpfs workspace,
-// the run directory shared with the wrapper, a minimal /etc, safe file
+// the run directory holding the egress socket, the pipes that carry each
+// command's request and report (never a file the sandbox could touch), a
+// minimal /etc, safe file
 // transfer in and out of the workspace, and removal that never follows a
 // symlink the sandbox planted.
 package hostfs
@@ -9,7 +11,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -182,7 +183,7 @@ func (u *UIDs) Put(id int) {
 // Dir is one sandbox's host directory:
 //
 //	DIR/workspace  tmpfs, owned by the sandbox uid: /workspace inside
-//	DIR/run        owned by the sandbox uid: /run/agentplane inside
+//	DIR/run        the host's, read-only: /run/agentplane inside (egress socket)
 //	DIR/etc        passwd, group, hosts: read-only files inside
 type Dir struct {
 	Path      string
@@ -242,10 +243,10 @@ func Create(state, id string, uid, guestUID, workspaceMB int) (*Dir, error) {
 	} else if err := os.Chown(d.Workspace(), uid, uid); err != nil {
 		return fail(err)
 	}
-	if err := os.Mkdir(d.Run(), 0o700); err != nil {
-		return fail(err)
-	}
-	if err := os.Chown(d.Run(), uid, uid); err != nil {
+	// The run directory is the host's (root, 0755, mounted read-only):
+	// the sandbox may connect to the egress socket in it, never create,
+	// replace or remove anything there.
+	if err := os.Mkdir(d.Run(), 0o755); err != nil {
 		return fail(err)
 	}
 	if err := os.Mkdir(d.Etc(), 0o755); err != nil {
@@ -269,35 +270,6 @@ func Create(state, id string, uid, guestUID, workspaceMB int) (*Dir, error) {
 	d.workspace = root
 	return d, nil
 }
-
-// WriteRequest writes the wrapper's request into the run directory.
-func (d *Dir) WriteRequest(r *sandbox.GuestRequest) error {
-	data, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	p := filepath.Join(d.Run(), "request.json")
-	// The sandbox owns the directory and may have planted something at the
-	// name: remove it (unlink never follows a symlink) and create afresh.
-	_ = os.Remove(p)
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	return errors.Join(werr, f.Close())
-}
-
-// ClearRequest removes the request after its command ended: it holds the
-// call's environment (a credential, say), which the next command in the
-// same sandbox must not read.
-func (d *Dir) ClearRequest() { _ = os.Remove(filepath.Join(d.Run(), "request.json")) }
-
-// SidecarPath is the host path of the sidecar report.
-func (d *Dir) SidecarPath() string { return filepath.Join(d.Run(), "sidecar.json") }
-
-// ClearSidecar removes an old report before a command runs.
-func (d *Dir) ClearSidecar() { _ = os.Remove(d.SidecarPath()) }
 
 // WriteFile writes data at the workspace-relative path p, creating parent
 // directories, owned by the sandbox uid. Paths that leave the workspace,

@@ -3,8 +3,12 @@
 // ("oci:DIR", or "oci:DIR:TAG" to pick a manifest by its
 // org.opencontainers.image.ref.name) is unpacked once, layer by layer with
 // whiteouts, into a cache keyed by the manifest digest. Layers are
-// untrusted archives: entries that would leave the root, device nodes and
-// setuid bits are dropped, and sizes are capped.
+// untrusted archives: every create, chmod, link and removal goes through an
+// os.Root of the unpack directory, which resolves each path beneath it and
+// refuses symlinks that lead out, so nothing a layer holds (a symlink and
+// then an entry of the same name or beneath it, a hard link out, absolute
+// or ".." names, which are refused outright) touches anything outside;
+// device nodes and setuid bits are dropped, and sizes are capped.
 package image
 
 import (
@@ -21,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // MaxUnpacked bounds the bytes one image may unpack to.
@@ -144,12 +149,17 @@ func (c *Cache) unpack(ctx context.Context, layout, tag string) (string, error) 
 	for _, d := range []string{c.Dir, filepath.Dir(dst)} {
 		_ = os.Chmod(d, 0o711)
 	}
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return "", err
+	}
+	defer root.Close()
 	var total int64
 	for _, l := range m.Layers {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		if err := applyLayer(layout, l, dst, &total); err != nil {
+		if err := applyLayer(layout, l, root, &total); err != nil {
 			_ = os.RemoveAll(filepath.Dir(dst))
 			return "", fmt.Errorf("layer %s: %w", l.Digest, err)
 		}
@@ -160,7 +170,7 @@ func (c *Cache) unpack(ctx context.Context, layout, tag string) (string, error) 
 	return dst, nil
 }
 
-func applyLayer(layout string, l descriptor, dst string, total *int64) error {
+func applyLayer(layout string, l descriptor, root *os.Root, total *int64) error {
 	f, err := openBlob(layout, l.Digest)
 	if err != nil {
 		return err
@@ -185,73 +195,15 @@ func applyLayer(layout string, l descriptor, dst string, total *int64) error {
 		if err != nil {
 			return err
 		}
-		name := filepath.Clean("/" + hdr.Name)
-		if name == "/" {
+		name, err := entryName(hdr.Name)
+		if err != nil {
+			return err
+		}
+		if name == "." {
 			continue
 		}
-		target := filepath.Join(dst, name)
-		if !safeParent(dst, target) {
-			return fmt.Errorf("entry %q resolves outside the root", hdr.Name)
-		}
-		base := filepath.Base(name)
-		if base == ".wh..wh..opq" {
-			ents, _ := os.ReadDir(filepath.Dir(target))
-			for _, e := range ents {
-				_ = os.RemoveAll(filepath.Join(filepath.Dir(target), e.Name()))
-			}
-			continue
-		}
-		if strings.HasPrefix(base, ".wh.") {
-			_ = os.RemoveAll(filepath.Join(filepath.Dir(target), strings.TrimPrefix(base, ".wh.")))
-			continue
-		}
-		mode := os.FileMode(hdr.Mode).Perm() // no setuid, setgid or sticky
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return err
-			}
-			_ = os.Chmod(target, mode|0o111)
-		case tar.TypeReg:
-			*total += hdr.Size
-			if *total > MaxUnpacked {
-				return errors.New("image larger than the unpack limit")
-			}
-			_ = os.RemoveAll(target)
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			out, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, io.LimitReader(tr, hdr.Size))
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		case tar.TypeSymlink:
-			_ = os.RemoveAll(target)
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return err
-			}
-			// The link is resolved inside the sandbox's root, not here.
-			if err := os.Symlink(hdr.Linkname, target); err != nil {
-				return err
-			}
-		case tar.TypeLink:
-			src := filepath.Join(dst, filepath.Clean("/"+hdr.Linkname))
-			if !safeParent(dst, src) {
-				return fmt.Errorf("hard link %q leaves the root", hdr.Linkname)
-			}
-			_ = os.RemoveAll(target)
-			if err := os.Link(src, target); err != nil {
-				return err
-			}
-		default:
-			// Devices, fifos and the like are not needed in a tool's root.
+		if err := applyEntry(root, tr, hdr, name, total); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 	}
 	_, _ = io.Copy(io.Discard, r)
@@ -261,23 +213,106 @@ func applyLayer(layout string, l descriptor, dst string, total *int64) error {
 	return nil
 }
 
-// safeParent reports whether target's parent directory, with symlinks
-// resolved, is still inside root: a layer cannot write through a symlink an
-// earlier entry planted.
-func safeParent(root, target string) bool {
-	parent := filepath.Dir(target)
-	for p := parent; ; p = filepath.Dir(p) {
-		if _, err := os.Lstat(p); err == nil {
-			real, err := filepath.EvalSymlinks(p)
-			if err != nil {
-				return false
+// entryName turns a layer entry's name into a path relative to the root.
+// A name that is absolute or climbs with ".." is refused: no honest layer
+// has one, and a hostile one gets no second reading.
+func entryName(n string) (string, error) {
+	if n == "" || strings.ContainsRune(n, 0) || strings.HasPrefix(n, "/") {
+		return "", fmt.Errorf("entry %q: names must be relative", n)
+	}
+	for _, part := range strings.Split(n, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("entry %q: names may not climb with \"..\"", n)
+		}
+	}
+	return filepath.Clean(n), nil
+}
+
+// applyEntry writes one entry through root, which resolves every path
+// component beneath the root and refuses a symlink (absolute, or climbing
+// out) that would leave it: an entry can neither be written through nor
+// change the mode of anything outside, whatever earlier entries planted.
+// The entry's own name is never followed: what is there is removed first
+// (or, for a directory, kept only when it is a real directory).
+func applyEntry(root *os.Root, tr io.Reader, hdr *tar.Header, name string, total *int64) error {
+	dir, base := filepath.Dir(name), filepath.Base(name)
+	if base == ".wh..wh..opq" {
+		d, err := root.Open(dir)
+		if err != nil {
+			return nil // nothing to hide
+		}
+		ents, err := d.ReadDir(-1)
+		d.Close()
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if err := root.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
 			}
-			rootReal, _ := filepath.EvalSymlinks(root)
-			return real == rootReal || strings.HasPrefix(real, rootReal+string(filepath.Separator))
 		}
-		if p == root || p == "/" {
-			return true
+		return nil
+	}
+	if hidden, ok := strings.CutPrefix(base, ".wh."); ok {
+		if hidden == "" || hidden == "." {
+			return errors.New("empty whiteout")
 		}
+		return root.RemoveAll(filepath.Join(dir, hidden))
+	}
+	mode := os.FileMode(hdr.Mode).Perm() // no setuid, setgid or sticky
+	if dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if st, err := root.Lstat(name); err == nil && !st.IsDir() {
+			if err := root.RemoveAll(name); err != nil {
+				return err
+			}
+		}
+		if err := root.Mkdir(name, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		// name is a real directory beneath the root now, never a link.
+		return root.Chmod(name, mode|0o111)
+	case tar.TypeReg:
+		*total += hdr.Size
+		if *total > MaxUnpacked {
+			return errors.New("image larger than the unpack limit")
+		}
+		if err := root.RemoveAll(name); err != nil {
+			return err
+		}
+		out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, io.LimitReader(tr, hdr.Size))
+		return errors.Join(err, out.Close())
+	case tar.TypeSymlink:
+		if err := root.RemoveAll(name); err != nil {
+			return err
+		}
+		// The link is resolved inside the sandbox's root, never here: root
+		// refuses to follow it out of the bundle.
+		return root.Symlink(hdr.Linkname, name)
+	case tar.TypeLink:
+		src, err := entryName(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link: %w", err)
+		}
+		if st, err := root.Lstat(src); err != nil || !st.Mode().IsRegular() {
+			return fmt.Errorf("hard link to %q: not a regular file in the layer", hdr.Linkname)
+		}
+		if err := root.RemoveAll(name); err != nil {
+			return err
+		}
+		return root.Link(src, name)
+	default:
+		// Devices, fifos and the like are not needed in a tool's root.
+		return nil
 	}
 }
 
