@@ -129,10 +129,12 @@ type (
 		Tier        int    `json:"tier"`
 		Lifecycle   string `json:"lifecycle"`
 		ProvisionMS int64  `json:"provision_ms"`
-		ExecMS      int64  `json:"exec_ms"`
 		WallMS      int64  `json:"wall_ms"`
 		Outcome     string `json:"outcome"`
 		ExitCode    int    `json:"exit_code"`
+		// Unclean says why the command did not end cleanly (its sandbox
+		// was destroyed); empty when it did.
+		Unclean string `json:"unclean,omitempty"`
 	}
 	StreamToolResultData struct {
 		CallID    string             `json:"call_id"`
@@ -285,7 +287,7 @@ func publicData(ev *store.Event) (string, any) {
 			Truncated: r.Truncated, LatencyMS: r.LatencyMS, Replayed: r.Replayed}
 		if sb := r.Sandbox; sb != nil {
 			d.Sandbox = &StreamSandboxData{Executor: sb.Executor, Tier: sb.Tier, Lifecycle: sb.Lifecycle,
-				ProvisionMS: sb.ProvisionMS, ExecMS: sb.ExecMS, WallMS: sb.WallMS, Outcome: sb.Outcome, ExitCode: sb.ExitCode}
+				ProvisionMS: sb.ProvisionMS, WallMS: sb.WallMS, Outcome: sb.Outcome, ExitCode: sb.ExitCode, Unclean: sb.Unclean}
 		}
 		return StreamToolResult, d
 	case trace.EvLoopNote:
