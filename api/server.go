@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -67,9 +68,32 @@ type Options struct {
 
 	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
 	Heartbeat time.Duration
-	// WriteTimeout bounds one write to an SSE client; a client that stalls
+	// WriteTimeout bounds writing an ordinary response, and each write to
+	// an SSE client (the stream moves the deadline before every write, so
+	// a healthy stream lives as long as its run); a client that stalls
 	// longer is disconnected and may resume with Last-Event-ID (default 30s).
 	WriteTimeout time.Duration
+
+	// Serving limits (HTTPServer, Listener, ServeHTTP); see
+	// docs/design/api.md, "Serving".
+	//
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, counted from when the
+	// request has been authenticated; nothing reads the body of a request
+	// that has not (default 30s).
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's header block (default 64 KiB).
+	MaxHeaderBytes int
+	// MaxConnsPerClient caps the connections one client address holds at
+	// once (default 128; negative: no cap). Behind a reverse proxy every
+	// client has the proxy's address: cap at the proxy instead.
+	MaxConnsPerClient int
+	// MaxUnauthenticatedConnsPerClient caps, of those, the connections no
+	// request has authenticated on yet (default 16; negative: no cap).
+	MaxUnauthenticatedConnsPerClient int
 
 	// WebhookBackoff is the wait before each retry of a delivery; its
 	// length is the number of retries (default 5s, 30s, 2m, 10m, 30m, 1h,
@@ -146,6 +170,24 @@ func New(o Options) (*Server, error) {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 30 * time.Second
+	}
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 2 * time.Minute
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
+	if o.MaxConnsPerClient == 0 {
+		o.MaxConnsPerClient = 128
+	}
+	if o.MaxUnauthenticatedConnsPerClient == 0 {
+		o.MaxUnauthenticatedConnsPerClient = 16
 	}
 	if o.WebhookBackoff == nil {
 		o.WebhookBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute,
@@ -261,17 +303,20 @@ func (i *interactiveStore) ClaimRun(ctx context.Context, owner string, ttl time.
 	return i.Backend.ClaimInteractive(ctx, owner, ttl, now)
 }
 
-// ServeHTTP authenticates the request, finds its route and checks the
-// route's scope.
+// ServeHTTP finds the request's route, authenticates the request and
+// checks the route's scope, all from the headers: the body of a request
+// that is refused is never read (the answer closes the connection, so the
+// server does not drain it either), and the body of an accepted one must
+// arrive within BodyTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt, params, allow := s.router.lookup(r.Method, r.URL.EscapedPath())
 	if rt == nil {
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
+			refuse(w, r, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
 			return
 		}
-		writeError(w, http.StatusNotFound, "not_found", "no such route")
+		refuse(w, r, http.StatusNotFound, "not_found", "no such route")
 		return
 	}
 	var p *Principal
@@ -283,15 +328,34 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.log.Warn("authenticate", "err", err)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentplane"`)
-			writeError(w, http.StatusUnauthorized, "unauthenticated", errUnauthenticated.Error())
+			w.Header().Set("Connection", "close") // an unauthenticated client keeps no connection
+			refuse(w, r, http.StatusUnauthorized, "unauthenticated", errUnauthenticated.Error())
 			return
 		}
+		markAuthenticated(r)
 		if !p.Has(rt.Scope) {
-			writeError(w, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
+			refuse(w, r, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
 			return
 		}
 	}
+	if r.ContentLength != 0 {
+		// Only a request with a body: on one without, the server is
+		// already reading ahead to see the client leave, and a deadline
+		// would end that read (and the request's context).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+	}
 	rt.handle(s, w, r, p, params)
+}
+
+// refuse answers a request whose body will not be read. When it has one,
+// the connection closes after the answer, so the server neither drains the
+// body (which a slow client could drip forever) nor parses it as the next
+// request.
+func refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+	}
+	writeError(w, status, code, msg)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -359,6 +423,9 @@ const maxBody = 2 << 20
 // decodeBody reads a JSON body strictly: unknown fields are errors.
 func decodeBody(r *http.Request, v any) error {
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &httpError{http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time"}
+	}
 	if err != nil {
 		return badRequest("reading the body: %v", err)
 	}
