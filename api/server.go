@@ -347,13 +347,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.handle(s, w, r, p, params)
 }
 
+// refuseLinger is how long, after refusing a request with a body, the
+// server goes on discarding what arrives before it closes the connection:
+// time for the client to read the answer (closing a socket with unread
+// input resets it, and a reset can destroy an answer not yet read).
+const refuseLinger = 500 * time.Millisecond
+
 // refuse answers a request whose body will not be read. When it has one,
-// the connection closes after the answer, so the server neither drains the
-// body (which a slow client could drip forever) nor parses it as the next
-// request.
+// the connection closes after the answer and the server discards at most
+// refuseLinger of the body (net/http otherwise drains up to 256 KiB of it
+// without any deadline, which a slow client could drip for ever), and
+// never parses it as the next request.
 func refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refuseLinger))
 	}
 	writeError(w, status, code, msg)
 }
@@ -420,14 +428,24 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // maxBody bounds request bodies (an agent definition is at most 1 MiB).
 const maxBody = 2 << 20
 
-// decodeBody reads a JSON body strictly: unknown fields are errors.
-func decodeBody(r *http.Request, v any) error {
-	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+// readBodyBytes reads up to limit+1 bytes of the body. A body that does not
+// arrive within BodyTimeout (the deadline ServeHTTP set) is a 408.
+func readBodyBytes(r *http.Request, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return &httpError{http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time"}
+		return nil, &httpError{http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time"}
 	}
 	if err != nil {
-		return badRequest("reading the body: %v", err)
+		return nil, badRequest("reading the body: %v", err)
+	}
+	return data, nil
+}
+
+// decodeBody reads a JSON body strictly: unknown fields are errors.
+func decodeBody(r *http.Request, v any) error {
+	data, err := readBodyBytes(r, maxBody)
+	if err != nil {
+		return err
 	}
 	if len(data) > maxBody {
 		return &httpError{http.StatusRequestEntityTooLarge, "too_large", "the body is larger than 2 MiB"}

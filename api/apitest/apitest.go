@@ -280,15 +280,20 @@ type recorder struct {
 }
 
 func (rc recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	// The body is kept as the handler reads it: reading it first would
+	// defeat the server's authenticate-before-the-body rule.
+	var body bytes.Buffer
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(r.Body, &body), r.Body}
 	cw := &captureWriter{ResponseWriter: w}
 	rc.next.ServeHTTP(cw, r)
 	if cw.status == 0 {
 		cw.status = http.StatusOK
 	}
 	rc.record(Exchange{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, ReqContentType: r.Header.Get("Content-Type"),
-		ReqBody: body, Status: cw.status, ContentType: w.Header().Get("Content-Type"), Body: cw.body.Bytes()})
+		ReqBody: body.Bytes(), Status: cw.status, ContentType: w.Header().Get("Content-Type"), Body: cw.body.Bytes()})
 }
 
 // captureWriter keeps the status and (except for streams) the body. It
