@@ -5,6 +5,9 @@
 // keys and JWT principals, tenant isolation (another tenant's objects answer
 // 404), admission quotas (429) and the worker pools that execute runs with
 // interactive runs first and background runs shared fairly between tenants.
+// HTTPServer and Listener are how it is served: every read and write
+// bounded, authentication before any body is read, and per-client caps on
+// connections (see listen.go).
 //
 // The run's event log stays the only record of a run: the stream is the
 // log (an event's SSE id is its sequence number), approvals are read from
