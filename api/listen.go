@@ -12,32 +12,58 @@ import (
 	"time"
 )
 
-// Serving a Server: HTTPServer bounds every read and write of a
-// connection, Listener caps how many connections one client address holds
+// Serving a Server: HTTPServer bounds header reads and idle connections,
+// ServeHTTP bounds body reads and every write, Listener caps how many connections one client address holds
 // (and how many of them have not authenticated), and ServeHTTP
 // authenticates a request before anything reads its body. Together they
 // keep slow or unauthenticated clients from holding the server's
 // connections: see docs/design/api.md, "Serving".
 
 // HTTPServer returns the http.Server to serve s with: the options' header
-// read, write and idle timeouts and header size cap, and the connection
-// context through which an authenticated request takes its connection out
-// of the client's unauthenticated count. Serve it on s.Listener(ln).
-// errorLog may be nil.
+// read and idle timeouts and header size cap, and the connection context
+// through which an authenticated request takes its connection out of the
+// client's unauthenticated count. Serve it on s.Listener(ln). errorLog may
+// be nil.
+//
+// It sets no http.Server WriteTimeout: that one runs from the end of the
+// request's headers, so it counts the handler's own time (a decision
+// waiting for a durable append under load). ServeHTTP bounds each write
+// instead (writeDeadline).
 func (s *Server) HTTPServer(errorLog *log.Logger) *http.Server {
 	return &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: s.o.ReadHeaderTimeout,
-		// WriteTimeout bounds an ordinary response; an event stream moves
-		// the deadline before each write (see stream), so a healthy stream
-		// lives as long as its run.
-		WriteTimeout:   s.o.WriteTimeout,
-		IdleTimeout:    s.o.IdleTimeout,
-		MaxHeaderBytes: s.o.MaxHeaderBytes,
-		ConnContext:    connContext,
-		ErrorLog:       errorLog,
+		IdleTimeout:       s.o.IdleTimeout,
+		MaxHeaderBytes:    s.o.MaxHeaderBytes,
+		ConnContext:       connContext,
+		ErrorLog:          errorLog,
 	}
 }
+
+// writeDeadline gives every write of a response (its header, each body
+// write and what net/http flushes after them) WriteTimeout from the moment
+// it is made: a client that stops reading is cut, however long the handler
+// worked first and however long a healthy response (an event stream) lasts.
+type writeDeadline struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (w *writeDeadline) extend() { _ = w.rc.SetWriteDeadline(time.Now().Add(w.d)) }
+
+func (w *writeDeadline) WriteHeader(code int) {
+	w.extend()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *writeDeadline) Write(b []byte) (int, error) {
+	w.extend()
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (Flush, deadlines).
+func (w *writeDeadline) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Listener wraps ln so that one client address (an IPv4 address, or an
 // IPv6 /64) holds at most MaxConnsPerClient connections, of which at most

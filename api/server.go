@@ -71,10 +71,10 @@ type Options struct {
 
 	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
 	Heartbeat time.Duration
-	// WriteTimeout bounds writing an ordinary response, and each write to
-	// an SSE client (the stream moves the deadline before every write, so
-	// a healthy stream lives as long as its run); a client that stalls
-	// longer is disconnected and may resume with Last-Event-ID (default 30s).
+	// WriteTimeout bounds each write of a response, counted from when it is
+	// made (not from the request, so a handler's own time and a stream's
+	// length do not count); a client that stalls longer is disconnected, and
+	// a stream's client may resume with Last-Event-ID (default 30s).
 	WriteTimeout time.Duration
 
 	// Serving limits (HTTPServer, Listener, ServeHTTP); see
@@ -312,6 +312,7 @@ func (i *interactiveStore) ClaimRun(ctx context.Context, owner string, ttl time.
 // server does not drain it either), and the body of an accepted one must
 // arrive within BodyTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w = &writeDeadline{ResponseWriter: w, rc: http.NewResponseController(w), d: s.o.WriteTimeout}
 	rt, params, allow := s.router.lookup(r.Method, r.URL.EscapedPath())
 	if rt == nil {
 		if len(allow) > 0 {

@@ -31,7 +31,7 @@ func (c *command) serve(args []string) error {
 	clockOffset := fs.Duration("clock-offset", 0, "shift the server's clock by this much (drills and tests: let approvals expire without waiting)")
 	headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "bound on reading a request's headers")
 	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "bound on reading a request's body, once the request is authenticated")
-	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "bound on writing a response, and on each write to an event stream")
+	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "bound on each write of a response (a client that stops reading is cut)")
 	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
 	maxHeader := fs.Int("max-header-bytes", 64<<10, "cap on a request's header block")
 	maxConns := fs.Int("max-conns-per-client", 128, "connections one client address may hold (negative: no cap; behind a proxy, cap there)")
