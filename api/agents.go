@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 
@@ -61,9 +60,9 @@ func handleCreateAgentVersion(s *Server, w http.ResponseWriter, r *http.Request,
 		s.fail(w, r, err)
 		return
 	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, agent.MaxDefinitionBytes+1))
+	data, err := readBodyBytes(r, agent.MaxDefinitionBytes)
 	if err != nil {
-		s.fail(w, r, badRequest("reading the body: %v", err))
+		s.fail(w, r, err)
 		return
 	}
 	d, err := agent.ParseDefinition(name+".yaml", data, nil)

@@ -5,6 +5,9 @@
 // keys and JWT principals, tenant isolation (another tenant's objects answer
 // 404), admission quotas (429) and the worker pools that execute runs with
 // interactive runs first and background runs shared fairly between tenants.
+// HTTPServer and Listener are how it is served: every read and write
+// bounded, authentication before any body is read, and per-client caps on
+// connections (see listen.go).
 //
 // The run's event log stays the only record of a run: the stream is the
 // log (an event's SSE id is its sequence number), approvals are read from
@@ -24,6 +27,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -70,9 +74,32 @@ type Options struct {
 
 	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
 	Heartbeat time.Duration
-	// WriteTimeout bounds one write to an SSE client; a client that stalls
-	// longer is disconnected and may resume with Last-Event-ID (default 30s).
+	// WriteTimeout bounds each write of a response, counted from when it is
+	// made (not from the request, so a handler's own time and a stream's
+	// length do not count); a client that stalls longer is disconnected, and
+	// a stream's client may resume with Last-Event-ID (default 30s).
 	WriteTimeout time.Duration
+
+	// Serving limits (HTTPServer, Listener, ServeHTTP); see
+	// docs/design/api.md, "Serving".
+	//
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, counted from when the
+	// request has been authenticated; nothing reads the body of a request
+	// that has not (default 30s).
+	BodyTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's header block (default 64 KiB).
+	MaxHeaderBytes int
+	// MaxConnsPerClient caps the connections one client address holds at
+	// once (default 128; negative: no cap). Behind a reverse proxy every
+	// client has the proxy's address: cap at the proxy instead.
+	MaxConnsPerClient int
+	// MaxUnauthenticatedConnsPerClient caps, of those, the connections no
+	// request has authenticated on yet (default 16; negative: no cap).
+	MaxUnauthenticatedConnsPerClient int
 
 	// WebhookBackoff is the wait before each retry of a delivery; its
 	// length is the number of retries (default 5s, 30s, 2m, 10m, 30m, 1h,
@@ -149,6 +176,24 @@ func New(o Options) (*Server, error) {
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 30 * time.Second
+	}
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.BodyTimeout <= 0 {
+		o.BodyTimeout = 30 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 2 * time.Minute
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
+	if o.MaxConnsPerClient == 0 {
+		o.MaxConnsPerClient = 128
+	}
+	if o.MaxUnauthenticatedConnsPerClient == 0 {
+		o.MaxUnauthenticatedConnsPerClient = 16
 	}
 	if o.WebhookBackoff == nil {
 		o.WebhookBackoff = []time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute, 10 * time.Minute,
@@ -264,17 +309,21 @@ func (i *interactiveStore) ClaimRun(ctx context.Context, owner string, ttl time.
 	return i.Backend.ClaimInteractive(ctx, owner, ttl, now)
 }
 
-// ServeHTTP authenticates the request, finds its route and checks the
-// route's scope.
+// ServeHTTP finds the request's route, authenticates the request and
+// checks the route's scope, all from the headers: the body of a request
+// that is refused is never read (the answer closes the connection, so the
+// server does not drain it either), and the body of an accepted one must
+// arrive within BodyTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w = &writeDeadline{ResponseWriter: w, rc: http.NewResponseController(w), d: s.o.WriteTimeout}
 	rt, params, allow := s.router.lookup(r.Method, r.URL.EscapedPath())
 	if rt == nil {
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
+			refuse(w, r, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
 			return
 		}
-		writeError(w, http.StatusNotFound, "not_found", "no such route")
+		refuse(w, r, http.StatusNotFound, "not_found", "no such route")
 		return
 	}
 	var p *Principal
@@ -286,15 +335,42 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.log.Warn("authenticate", "err", err)
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentplane"`)
-			writeError(w, http.StatusUnauthorized, "unauthenticated", errUnauthenticated.Error())
+			w.Header().Set("Connection", "close") // an unauthenticated client keeps no connection
+			refuse(w, r, http.StatusUnauthorized, "unauthenticated", errUnauthenticated.Error())
 			return
 		}
+		markAuthenticated(r)
 		if !p.Has(rt.Scope) {
-			writeError(w, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
+			refuse(w, r, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
 			return
 		}
 	}
+	if r.ContentLength != 0 {
+		// Only a request with a body: on one without, the server is
+		// already reading ahead to see the client leave, and a deadline
+		// would end that read (and the request's context).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
+	}
 	rt.handle(s, w, r, p, params)
+}
+
+// refuseLinger is how long, after refusing a request with a body, the
+// server goes on discarding what arrives before it closes the connection:
+// time for the client to read the answer (closing a socket with unread
+// input resets it, and a reset can destroy an answer not yet read).
+const refuseLinger = 500 * time.Millisecond
+
+// refuse answers a request whose body will not be read. When it has one,
+// the connection closes after the answer and the server discards at most
+// refuseLinger of the body (net/http otherwise drains up to 256 KiB of it
+// without any deadline, which a slow client could drip for ever), and
+// never parses it as the next request.
+func refuse(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refuseLinger))
+	}
+	writeError(w, status, code, msg)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -359,6 +435,19 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // maxBody bounds request bodies (an agent definition is at most 1 MiB).
 const maxBody = 2 << 20
 
+// readBodyBytes reads up to limit+1 bytes of the body. A body that does not
+// arrive within BodyTimeout (the deadline ServeHTTP set) is a 408.
+func readBodyBytes(r *http.Request, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, &httpError{http.StatusRequestTimeout, "body_timeout", "the body did not arrive in time"}
+	}
+	if err != nil {
+		return nil, badRequest("reading the body: %v", err)
+	}
+	return data, nil
+}
+
 // requireMediaType answers 415 unless the request's Content-Type is one of
 // the types given (parameters such as charset are allowed). Without it a
 // form post or a text/plain body would be parsed as if the client had
@@ -383,9 +472,9 @@ func decodeBody(r *http.Request, v any) error {
 	if err := requireMediaType(r, "application/json"); err != nil {
 		return err
 	}
-	data, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	data, err := readBodyBytes(r, maxBody)
 	if err != nil {
-		return badRequest("reading the body: %v", err)
+		return err
 	}
 	if len(data) > maxBody {
 		return &httpError{http.StatusRequestEntityTooLarge, "too_large", "the body is larger than 2 MiB"}

@@ -9,17 +9,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/addrpolicy"
 	"github.com/agentplane/agentplane/store"
 )
 
@@ -49,6 +49,22 @@ func newWebhookSecret() string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(b)
 }
 
+// webhookPolicy is the address policy webhook delivery follows: the
+// platform's one policy (internal/addrpolicy, shared with the sandbox
+// egress proxy), with loopback and private networks opened by
+// AllowPrivateWebhooks. Metadata, link-local, multicast, reserved and
+// embedded forms stay refused either way.
+func webhookPolicy(allowPrivate bool) *addrpolicy.Policy {
+	if allowPrivate {
+		return &addrpolicy.Policy{Loopback: true,
+			Internal: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}}
+	}
+	return &addrpolicy.Policy{}
+}
+
+// checkWebhookURL refuses, at registration, a URL that cannot be a
+// tenant's public endpoint. A name is not resolved here (its answer may
+// change): the dialer checks every resolved address when it connects.
 func (s *Server) checkWebhookURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") || u.User != nil || u.Fragment != "" {
@@ -57,24 +73,35 @@ func (s *Server) checkWebhookURL(raw string) error {
 	if len(raw) > 2048 {
 		return badRequest("url is longer than 2048 characters")
 	}
-	if s.o.AllowPrivateWebhooks {
-		return nil
-	}
-	if u.Scheme != "https" {
+	if !s.o.AllowPrivateWebhooks && u.Scheme != "https" {
 		return badRequest("url must use https")
 	}
-	if isLoopbackHost(u.Hostname()) {
+	host := strings.ToLower(u.Hostname())
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if err := s.hooks.policy.Check(ip); err != nil {
+			var re *addrpolicy.RefusedError
+			errors.As(err, &re)
+			return badRequest("url must not point at a %s address", re.Class)
+		}
+		return nil
+	}
+	host = strings.TrimSuffix(host, ".")
+	if !s.o.AllowPrivateWebhooks && (host == "localhost" || strings.HasSuffix(host, ".localhost")) {
 		return badRequest("url must not point at this machine")
 	}
-	if ip := net.ParseIP(u.Hostname()); ip != nil && privateIP(ip) {
-		return badRequest("url must not point at a private network")
+	labels := strings.Split(host, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || strings.Trim(l, "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return badRequest("url host %q is not a DNS name or an IP address", host)
+		}
+	}
+	// A name whose last label is a number is an IPv4 address in a form
+	// some resolvers accept (2130706433, 0x7f.1, 127.1): refuse it rather
+	// than guess what it reaches.
+	if last := labels[len(labels)-1]; strings.Trim(last, "0123456789") == "" || strings.HasPrefix(last, "0x") {
+		return badRequest("url host %q is an IP address in a non-standard form", host)
 	}
 	return nil
-}
-
-func privateIP(ip net.IP) bool {
-	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsUnspecified() || ip.IsMulticast() || ip.IsInterfaceLocalMulticast()
 }
 
 func handlePutWebhook(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, _ map[string]string) {
@@ -114,11 +141,16 @@ func handleGetWebhook(s *Server, w http.ResponseWriter, r *http.Request, p *Prin
 	writeJSON(w, http.StatusOK, Webhook{URL: wh.URL, UpdatedAt: wh.UpdatedAt})
 }
 
+// handleDeleteWebhook removes the endpoint and, in the same transaction,
+// drops the tenant's pending deliveries (queued or retrying), then stops
+// this process's attempts in flight; a later registration never receives
+// them.
 func handleDeleteWebhook(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, _ map[string]string) {
-	if err := s.st.DeleteWebhook(r.Context(), p.Tenant); err != nil {
+	if err := s.st.DeleteWebhook(r.Context(), p.Tenant, s.clock().UTC()); err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	s.hooks.stopTenant(p.Tenant)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -176,32 +208,44 @@ func handleGetDelivery(s *Server, w http.ResponseWriter, r *http.Request, p *Pri
 type dispatcher struct {
 	s      *Server
 	client *http.Client
+	policy *addrpolicy.Policy
 	poll   time.Duration
 
 	mu       sync.Mutex
-	inFlight map[string]bool
+	inFlight map[string]*inFlight // by delivery id
 	sem      chan struct{}
 }
 
+// inFlight is an attempt this process is making.
+type inFlight struct {
+	tenant string
+	cancel context.CancelFunc
+}
+
 func newDispatcher(s *Server) *dispatcher {
-	dialer := &net.Dialer{Timeout: 5 * time.Second}
-	if !s.o.AllowPrivateWebhooks {
-		dialer.Control = func(network, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			if ip := net.ParseIP(host); ip == nil || privateIP(ip) {
-				return fmt.Errorf("webhook target %s is on a private network", host)
-			}
-			return nil
-		}
-	}
-	tr := &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: 5 * time.Second,
+	policy := webhookPolicy(s.o.AllowPrivateWebhooks)
+	// Every address the dialer connects to, after resolution, passes the
+	// policy: a name that resolved to a public address at registration and
+	// to a refused one now (DNS rebinding) is refused when dialled.
+	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: policy.Control}
+	// No proxy: the dialer must see the target's own address.
+	tr := &http.Transport{Proxy: nil, DialContext: dialer.DialContext, TLSHandshakeTimeout: 5 * time.Second,
 		MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}
-	return &dispatcher{s: s, poll: 200 * time.Millisecond, inFlight: map[string]bool{}, sem: make(chan struct{}, 8),
+	return &dispatcher{s: s, policy: policy, poll: 200 * time.Millisecond, inFlight: map[string]*inFlight{},
+		sem: make(chan struct{}, 8),
 		client: &http.Client{Transport: tr, Timeout: s.o.WebhookTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// stopTenant cancels this process's attempts in flight for tenant.
+func (d *dispatcher) stopTenant(tenant string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, f := range d.inFlight {
+		if f.tenant == tenant {
+			f.cancel()
+		}
+	}
 }
 
 func (d *dispatcher) run(ctx context.Context) {
@@ -226,28 +270,32 @@ func (d *dispatcher) run(ctx context.Context) {
 			continue
 		}
 		for _, dl := range due {
+			actx, cancel := context.WithCancel(ctx)
 			d.mu.Lock()
-			busy := d.inFlight[dl.ID]
+			_, busy := d.inFlight[dl.ID]
 			if !busy {
-				d.inFlight[dl.ID] = true
+				d.inFlight[dl.ID] = &inFlight{tenant: dl.Tenant, cancel: cancel}
 			}
 			d.mu.Unlock()
 			if busy {
+				cancel()
 				continue
 			}
 			select {
 			case d.sem <- struct{}{}:
 			case <-ctx.Done():
+				cancel()
 				return
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer func() { <-d.sem }()
-				d.attempt(ctx, dl)
+				d.attempt(ctx, actx, dl)
 				d.mu.Lock()
 				delete(d.inFlight, dl.ID)
 				d.mu.Unlock()
+				cancel()
 			}()
 		}
 	}
@@ -288,23 +336,35 @@ func (d *dispatcher) enqueue(ctx context.Context) error {
 
 // attempt POSTs a delivery once and records the attempt and what follows:
 // delivered on a 2xx, otherwise a retry after the next backoff or, when
-// the retries are used up, failed.
-func (d *dispatcher) attempt(ctx context.Context, dl *store.Delivery) {
+// the retries are used up, failed. ctx is the dispatcher's; actx is this
+// attempt's, cancelled when the tenant's webhook is deleted.
+func (d *dispatcher) attempt(ctx, actx context.Context, dl *store.Delivery) {
 	n := dl.Attempts + 1
 	start := d.s.clock()
 	code, errText := 0, ""
-	wh, err := d.s.st.GetWebhook(ctx, dl.Tenant)
+	wh, err := d.s.st.GetWebhook(actx, dl.Tenant)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		errText = "the tenant's webhook was removed"
 	case err != nil:
-		return // the store is unwell; try again next round
-	default:
+		return // the store is unwell, or the webhook was deleted; see next round
+	}
+	if wh != nil {
+		// The delivery is read again after the webhook: a deletion that
+		// committed since DueDeliveries (and a registration after it) has
+		// dropped it, and a dropped delivery is never sent.
+		cur, err := d.s.st.GetDelivery(actx, dl.ID)
+		if err != nil || cur.Status != store.DeliveryPending {
+			return
+		}
 		dl.URL = wh.URL
-		code, errText = d.post(ctx, wh, dl)
+		code, errText = d.post(actx, wh, dl)
 	}
 	if ctx.Err() != nil {
 		return // shutting down: the attempt did not finish
+	}
+	if actx.Err() != nil {
+		errText = "stopped: the tenant's webhook was deleted"
 	}
 	now := d.s.clock()
 	a := &store.DeliveryAttempt{DeliveryID: dl.ID, N: n, At: start.UTC(), StatusCode: code, Error: errText,
@@ -313,7 +373,9 @@ func (d *dispatcher) attempt(ctx context.Context, dl *store.Delivery) {
 	switch {
 	case errText == "" && code >= 200 && code < 300:
 		dl.Status = store.DeliveryDelivered
-	case wh == nil || n > len(d.s.o.WebhookBackoff):
+	case wh == nil:
+		dl.Status = store.DeliveryDropped
+	case n > len(d.s.o.WebhookBackoff):
 		dl.Status = store.DeliveryFailed
 	default:
 		dl.NextAttemptAt = now.Add(d.s.o.WebhookBackoff[n-1]).UTC()

@@ -287,7 +287,7 @@ type Delivery struct {
 	RunID         string            `json:"run_id"`
 	Type          string            `json:"type"`
 	URL           string            `json:"url"`
-	Status        string            `json:"status"` // pending | delivered | failed
+	Status        string            `json:"status"` // pending | delivered | failed | dropped (the webhook was deleted)
 	Attempts      int               `json:"attempts"`
 	NextAttemptAt *time.Time        `json:"next_attempt_at,omitempty"`
 	CreatedAt     time.Time         `json:"created_at"`

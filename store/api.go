@@ -51,6 +51,9 @@ const (
 	DeliveryPending   = "pending"
 	DeliveryDelivered = "delivered"
 	DeliveryFailed    = "failed"
+	// DeliveryDropped: the tenant's webhook was deleted before the
+	// delivery succeeded; it is never sent again.
+	DeliveryDropped = "dropped"
 )
 
 // Delivery is one webhook message: created when a run ends, retried until
@@ -114,7 +117,9 @@ type APIStore interface {
 	// PutWebhook registers (or replaces) a tenant's endpoint.
 	PutWebhook(ctx context.Context, w *Webhook) error
 	GetWebhook(ctx context.Context, tenant string) (*Webhook, error)
-	DeleteWebhook(ctx context.Context, tenant string) error
+	// DeleteWebhook removes the endpoint and, in the same transaction,
+	// marks the tenant's pending deliveries DeliveryDropped at at.
+	DeleteWebhook(ctx context.Context, tenant string, at time.Time) error
 
 	// RunsToNotify returns runs that ended and have not been handed to the
 	// webhook outbox yet, oldest first.
@@ -125,7 +130,9 @@ type APIStore interface {
 	MarkNotified(ctx context.Context, runID string, d *Delivery) error
 	// DueDeliveries returns pending deliveries whose next attempt is due.
 	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*Delivery, error)
-	// RecordAttempt stores an attempt and the delivery's new state together.
+	// RecordAttempt stores an attempt and the delivery's new state
+	// together. A delivery that is no longer pending (dropped while the
+	// attempt ran) keeps its state; the attempt is still stored.
 	RecordAttempt(ctx context.Context, a *DeliveryAttempt, d *Delivery) error
 	// ListDeliveries lists a tenant's deliveries, newest first; runID ""
 	// means every run.

@@ -2,7 +2,8 @@
 // tests: a data directory with the demo's tools, agent and prod alias, two
 // tenants (the bank, with a support agent and a supervisor, and globex, with
 // one user), connector secrets for both, API keys for every user, and a
-// server with its workers behind an httptest listener. Its clock is the wall
+// server with its workers behind an httptest listener, served with the
+// API's own http.Server settings and listener caps. Its clock is the wall
 // clock plus an offset a test can move, so approvals expire and days pass
 // without waiting.
 package apitest
@@ -207,8 +208,11 @@ func Start(t testing.TB, o Options) *Server {
 			t.Fatal(err)
 		}
 	}
+	// Every test client comes from 127.0.0.1, many at once: no
+	// per-client connection caps unless a test sets them.
 	ao := api.Options{Platform: p, Config: cfg, Clock: s.Clock.Now, Workers: 4, InteractiveWorkers: 2, Poll: 10 * time.Millisecond,
-		Heartbeat: 200 * time.Millisecond, AllowPrivateWebhooks: true, LeaseTTL: 5 * time.Second}
+		Heartbeat: 200 * time.Millisecond, AllowPrivateWebhooks: true, LeaseTTL: 5 * time.Second,
+		MaxConnsPerClient: -1, MaxUnauthenticatedConnsPerClient: -1}
 	if o.API != nil {
 		o.API(&ao)
 	}
@@ -223,7 +227,13 @@ func Start(t testing.TB, o Options) *Server {
 	if Record != nil {
 		h = recorder{next: h, record: Record}
 	}
-	s.HTTP = httptest.NewServer(h)
+	// The server is set up as agentplane serve sets it up: its timeouts,
+	// header cap and per-client connection caps.
+	s.HTTP = httptest.NewUnstartedServer(h)
+	s.HTTP.Config = s.API.HTTPServer(nil)
+	s.HTTP.Config.Handler = h
+	s.HTTP.Listener = s.API.Listener(s.HTTP.Listener)
+	s.HTTP.Start()
 	t.Cleanup(func() {
 		s.HTTP.CloseClientConnections()
 		s.HTTP.Close()
@@ -270,15 +280,20 @@ type recorder struct {
 }
 
 func (rc recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	// The body is kept as the handler reads it: reading it first would
+	// defeat the server's authenticate-before-the-body rule.
+	var body bytes.Buffer
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(r.Body, &body), r.Body}
 	cw := &captureWriter{ResponseWriter: w}
 	rc.next.ServeHTTP(cw, r)
 	if cw.status == 0 {
 		cw.status = http.StatusOK
 	}
 	rc.record(Exchange{Method: r.Method, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery, ReqContentType: r.Header.Get("Content-Type"),
-		ReqBody: body, Status: cw.status, ContentType: w.Header().Get("Content-Type"), Body: cw.body.Bytes()})
+		ReqBody: body.Bytes(), Status: cw.status, ContentType: w.Header().Get("Content-Type"), Body: cw.body.Bytes()})
 }
 
 // captureWriter keeps the status and (except for streams) the body. It

@@ -197,7 +197,7 @@ var usageLines = map[string]string{
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--json] | runs RUN|last [--json]",
-	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE]",
+	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"trace":        "agentplane trace [verify] RUN|last [--full] [--json] | trace export RUN [RUN...] --otlp URL",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",

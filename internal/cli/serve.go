@@ -29,6 +29,13 @@ func (c *command) serve(args []string) error {
 	interactive := fs.Int("interactive-workers", 2, "extra workers that only take interactive (stream) runs")
 	allowPrivate := fs.Bool("allow-private-webhooks", false, "allow webhook URLs on loopback and private networks")
 	clockOffset := fs.Duration("clock-offset", 0, "shift the server's clock by this much (drills and tests: let approvals expire without waiting)")
+	headerTimeout := fs.Duration("read-header-timeout", 10*time.Second, "bound on reading a request's headers")
+	bodyTimeout := fs.Duration("body-timeout", 30*time.Second, "bound on reading a request's body, once the request is authenticated")
+	writeTimeout := fs.Duration("write-timeout", 30*time.Second, "bound on each write of a response (a client that stops reading is cut)")
+	idleTimeout := fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
+	maxHeader := fs.Int("max-header-bytes", 64<<10, "cap on a request's header block")
+	maxConns := fs.Int("max-conns-per-client", 128, "connections one client address may hold (negative: no cap; behind a proxy, cap there)")
+	maxUnauth := fs.Int("max-unauthenticated-conns-per-client", 16, "of those, connections no request has authenticated on yet (negative: no cap)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -52,7 +59,9 @@ func (c *command) serve(args []string) error {
 	defer p.Close()
 	c.warnNoModels(p, &cm)
 	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
-		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate})
+		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate,
+		ReadHeaderTimeout: *headerTimeout, BodyTimeout: *bodyTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout,
+		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth})
 	if err != nil {
 		return err
 	}
@@ -66,10 +75,9 @@ func (c *command) serve(args []string) error {
 		ln.Close()
 		return err
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	hs := srv.HTTPServer(slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	go func() { served <- hs.Serve(srv.Listener(ln)) }()
 	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s)\n", ln.Addr(), cm.data)
 	select {
 	case <-ctx.Done():

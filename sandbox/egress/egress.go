@@ -8,16 +8,19 @@
 //     not allowed is never resolved (no DNS exfiltration through the proxy);
 //   - the proxy resolves an allowed name itself and connects to the address
 //     it checked, so DNS rebinding cannot swap in another address;
-//   - loopback, private, link-local, carrier-grade NAT, multicast and
-//     cloud-metadata addresses are refused after resolution, unless an
-//     operator opened a private prefix for internal services (loopback,
-//     link-local and metadata can never be opened);
+//   - the resolved address is judged by the platform's one address policy
+//     (internal/addrpolicy, which webhook delivery uses too): loopback,
+//     link-local, cloud metadata, multicast, reserved, private, shared
+//     address space and their IPv4-mapped, NAT64 and 6to4 forms are
+//     refused, unless an operator opened a private prefix for internal
+//     services (loopback, link-local and metadata can never be opened);
 //   - every attempt, allowed or denied, is recorded.
 package egress
 
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,6 +32,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/agentplane/agentplane/internal/addrpolicy"
 )
 
 // Resolver looks up a host's addresses. net.DefaultResolver is one.
@@ -40,10 +45,11 @@ type Resolver interface {
 type Options struct {
 	// Resolver defaults to net.DefaultResolver.
 	Resolver Resolver
-	// Dial connects to a checked address (ip:port); default net.Dialer.
+	// Dial connects to a checked address (ip:port); default a net.Dialer
+	// that checks the address again at connect time.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Internal lists private prefixes an operator opened for internal
-	// services reached by allowlisted names.
+	// services reached by allowlisted names (addrpolicy.Policy.Internal).
 	Internal []netip.Prefix
 	// Record, when set, receives every attempt as it is decided.
 	Record func(Attempt)
@@ -83,15 +89,19 @@ type Attempt struct {
 }
 
 // Proxy serves egress for many sandboxes. Safe for concurrent use.
-type Proxy struct{ o Options }
+type Proxy struct {
+	o      Options
+	policy *addrpolicy.Policy
+}
 
 // New returns a proxy.
 func New(o Options) *Proxy {
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
 	}
+	policy := &addrpolicy.Policy{Internal: o.Internal}
 	if o.Dial == nil {
-		d := &net.Dialer{}
+		d := &net.Dialer{Control: policy.Control}
 		o.Dial = d.DialContext
 	}
 	if o.HeaderTimeout <= 0 {
@@ -106,7 +116,7 @@ func New(o Options) *Proxy {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{o: o}
+	return &Proxy{o: o, policy: policy}
 }
 
 // Listener is the proxy serving one sandbox's socket.
@@ -315,8 +325,11 @@ func (l *Listener) handle(c net.Conn) {
 	var pick netip.Addr
 	reason := ""
 	for _, ip := range addrs {
-		if r := l.p.refused(ip); r != "" {
-			reason = r
+		if err := l.p.policy.Check(ip); err != nil {
+			var re *addrpolicy.RefusedError
+			if errors.As(err, &re) {
+				reason = string(re.Class) + " address"
+			}
 			continue
 		}
 		pick = ip.Unmap()
@@ -367,75 +380,4 @@ func clip(s string) string {
 		return s[:253]
 	}
 	return s
-}
-
-var (
-	metadata = []netip.Addr{
-		netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack
-		netip.MustParseAddr("169.254.170.2"),   // AWS ECS task metadata
-		netip.MustParseAddr("fd00:ec2::254"),   // AWS IPv6
-		netip.MustParseAddr("100.100.100.200"), // Alibaba
-		netip.MustParseAddr("168.63.129.16"),   // Azure wire server
-	}
-	never = []netip.Prefix{
-		netip.MustParsePrefix("0.0.0.0/8"),
-		netip.MustParsePrefix("127.0.0.0/8"),
-		netip.MustParsePrefix("169.254.0.0/16"),
-		netip.MustParsePrefix("::1/128"),
-		netip.MustParsePrefix("fe80::/10"),
-		netip.MustParsePrefix("::/128"),
-	}
-	private = []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"),
-		netip.MustParsePrefix("172.16.0.0/12"),
-		netip.MustParsePrefix("192.168.0.0/16"),
-		netip.MustParsePrefix("100.64.0.0/10"), // carrier-grade NAT
-		netip.MustParsePrefix("192.0.0.0/24"),
-		netip.MustParsePrefix("198.18.0.0/15"), // benchmarking
-		netip.MustParsePrefix("fc00::/7"),
-		netip.MustParsePrefix("64:ff9b:1::/48"),
-		netip.MustParsePrefix("240.0.0.0/4"),
-	}
-)
-
-// Refused returns why ip may not be reached ("" if it may) with no
-// internal prefixes opened.
-func Refused(ip netip.Addr) string { return (&Proxy{}).refused(ip) }
-
-func (p *Proxy) refused(ip netip.Addr) string {
-	ip = ip.Unmap() // ::ffff:127.0.0.1 is 127.0.0.1
-	for _, m := range metadata {
-		if ip == m {
-			return "cloud metadata address"
-		}
-	}
-	for _, n := range never {
-		if n.Contains(ip) {
-			return "loopback, link-local or unspecified address"
-		}
-	}
-	if ip.IsMulticast() || ip.IsInterfaceLocalMulticast() || ip == netip.MustParseAddr("255.255.255.255") {
-		return "multicast or broadcast address"
-	}
-	// NAT64 and 6to4 embed an IPv4 address: judge the embedded one.
-	if ip.Is6() {
-		b := ip.As16()
-		if netip.MustParsePrefix("64:ff9b::/96").Contains(ip) {
-			return p.refused(netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}))
-		}
-		if netip.MustParsePrefix("2002::/16").Contains(ip) {
-			return p.refused(netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}))
-		}
-	}
-	for _, n := range private {
-		if n.Contains(ip) {
-			for _, open := range p.o.Internal {
-				if open.Contains(ip) {
-					return ""
-				}
-			}
-			return "private address"
-		}
-	}
-	return ""
 }

@@ -204,15 +204,59 @@ func TestProxy(t *testing.T) {
 	}
 }
 
-func TestRefused(t *testing.T) {
-	for ip, want := range map[string]bool{
-		"127.0.0.1": true, "10.0.0.1": true, "172.16.5.4": true, "192.168.1.1": true, "169.254.169.254": true,
-		"100.100.100.200": true, "::1": true, "fe80::1": true, "fd00:ec2::254": true, "fc00::1": true, "0.0.0.0": true,
-		"::ffff:10.0.0.1": true, "2002:a9fe:a9fe::1": true, "224.0.0.1": true, "100.64.0.1": true,
-		"8.8.8.8": false, "2001:4860:4860::8888": false, "203.0.113.7": false,
-	} {
-		if got := egress.Refused(netip.MustParseAddr(ip)) != ""; got != want {
-			t.Errorf("Refused(%s) = %v, want %v", ip, got, want)
+// TestClass13EgressAddressPolicy (issue 15, class 13): the proxy judges
+// resolved addresses by the shared policy, including the forms its own copy
+// used to let through (Teredo, IPv4-compatible, Oracle's metadata address,
+// Alibaba's inside an opened shared-address prefix). A refused address is
+// never dialled; the dialler would only ever reach the loopback echo server.
+func TestClass13EgressAddressPolicy(t *testing.T) {
+	refused := map[string]string{
+		"teredo.example.test":  "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+		"compat.example.test":  "::7f00:1",
+		"oracle.example.test":  "192.0.0.192",
+		"alibaba.example.test": "100.100.100.200",
+		"azure.example.test":   "168.63.129.16",
+		"bench.example.test":   "198.18.0.1",
+		"zero.example.test":    "0.1.2.3",
+		"sixto4.example.test":  "2002:a9fe:a9fe::1",
+		"nat64lo.example.test": "64:ff9b::7f00:1",
+	}
+	dns := &fakeDNS{table: map[string][]string{"shared.example.test": {"100.64.0.9"}}}
+	allow := []string{"shared.example.test:443"}
+	for name, ip := range refused {
+		dns.table[name] = []string{ip}
+		allow = append(allow, name+":443")
+	}
+	dial := &loopbackDialer{target: echoServer(t)}
+	// The operator opened the shared address space; metadata inside it
+	// stays refused.
+	p := egress.New(egress.Options{Resolver: dns, Dial: dial.Dial, Internal: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/10")}})
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	l, err := p.Serve(sock, egress.Policy{Tenant: "acme", Allow: allow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for name := range refused {
+		status, c := connect(t, sock, name+":443")
+		c.Close()
+		if !strings.Contains(status, " 403 ") {
+			t.Errorf("%s (%s): status %q, want 403", name, refused[name], status)
+		}
+	}
+	status, c := connect(t, sock, "shared.example.test:443")
+	c.Close()
+	if !strings.Contains(status, " 200 ") {
+		t.Errorf("opened shared address: status %q, want 200", status)
+	}
+	dial.mu.Lock()
+	defer dial.mu.Unlock()
+	if len(dial.dialed) != 1 || dial.dialed[0] != "100.64.0.9:443" {
+		t.Fatalf("dialled %v, want only the opened shared address", dial.dialed)
+	}
+	for _, a := range l.Attempts() {
+		if !a.Allowed && !strings.Contains(a.Reason, "destination address refused: ") {
+			t.Errorf("denial %+v does not name the address class", a)
 		}
 	}
 }

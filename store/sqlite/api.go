@@ -163,15 +163,24 @@ func (s *Store) GetWebhook(ctx context.Context, tenant string) (*store.Webhook, 
 }
 
 // DeleteWebhook implements store.APIStore.
-func (s *Store) DeleteWebhook(ctx context.Context, tenant string) error {
-	res, err := s.w.ExecContext(ctx, "DELETE FROM webhooks WHERE tenant = ?", tenant)
+func (s *Store) DeleteWebhook(ctx context.Context, tenant string, at time.Time) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, "DELETE FROM webhooks WHERE tenant = ?", tenant)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("webhook of tenant %s: %w", tenant, store.ErrNotFound)
 	}
-	return nil
+	if _, err := tx.ExecContext(ctx, "UPDATE webhook_deliveries SET status = ?, updated_at = ?, last_error = ? WHERE tenant = ? AND status = ?",
+		store.DeliveryDropped, micros(at), "dropped: the tenant's webhook was deleted", tenant, store.DeliveryPending); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 const terminalSQL = "('completed', 'completed_partial', 'failed', 'cancelled')"
@@ -246,13 +255,18 @@ func (s *Store) RecordAttempt(ctx context.Context, a *store.DeliveryAttempt, d *
 		}
 		return err
 	}
-	res, err := tx.ExecContext(ctx, "UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, updated_at = ?, last_error = ? WHERE id = ?",
-		d.Status, d.Attempts, micros(d.NextAttemptAt), micros(d.UpdatedAt), d.LastError, d.ID)
-	if err != nil {
+	var status string
+	if err := tx.QueryRowContext(ctx, "SELECT status FROM webhook_deliveries WHERE id = ?", d.ID).Scan(&status); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("delivery %s: %w", d.ID, store.ErrNotFound)
+		}
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("delivery %s: %w", d.ID, store.ErrNotFound)
+	if status == store.DeliveryPending {
+		if _, err := tx.ExecContext(ctx, "UPDATE webhook_deliveries SET status = ?, attempts = ?, next_attempt_at = ?, updated_at = ?, last_error = ? WHERE id = ?",
+			d.Status, d.Attempts, micros(d.NextAttemptAt), micros(d.UpdatedAt), d.LastError, d.ID); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }

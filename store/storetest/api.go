@@ -25,6 +25,7 @@ func ExerciseAPI(t *testing.T, newStore func(t *testing.T) APIStore) {
 	t.Run("AgentOwners", func(t *testing.T) { testAgentOwners(t, newStore(t)) })
 	t.Run("Webhooks", func(t *testing.T) { testWebhooks(t, newStore(t)) })
 	t.Run("Outbox", func(t *testing.T) { testOutbox(t, newStore(t)) })
+	t.Run("DeleteWebhookDropsDeliveries", func(t *testing.T) { testDeleteWebhookDrops(t, newStore(t)) })
 	t.Run("Usage", func(t *testing.T) { testUsage(t, newStore(t)) })
 	t.Run("FairClaim", func(t *testing.T) { testFairClaim(t, newStore) })
 	t.Run("ClaimInteractive", func(t *testing.T) { testClaimInteractive(t, newStore(t)) })
@@ -138,8 +139,67 @@ func testWebhooks(t *testing.T, s APIStore) {
 	}
 	_, err = s.GetWebhook(ctx, "globex")
 	wantErr(t, "GetWebhook(other tenant)", err, store.ErrNotFound)
-	ok(t, "DeleteWebhook", s.DeleteWebhook(ctx, "acme"))
-	wantErr(t, "DeleteWebhook(again)", s.DeleteWebhook(ctx, "acme"), store.ErrNotFound)
+	ok(t, "DeleteWebhook", s.DeleteWebhook(ctx, "acme", Base))
+	wantErr(t, "DeleteWebhook(again)", s.DeleteWebhook(ctx, "acme", Base), store.ErrNotFound)
+}
+
+// testDeleteWebhookDrops: deleting a tenant's webhook drops its queued and
+// retrying deliveries in the same transaction (they are never due again,
+// whatever is registered later), leaves delivered ones and other tenants'
+// alone, and an attempt recorded afterwards does not revive a dropped one.
+func testDeleteWebhookDrops(t *testing.T, s APIStore) {
+	ctx := t.Context()
+	for i, id := range []string{"queued", "retrying", "done", "other"} {
+		newRun(t, s, id, modeAsync, Base.Add(time.Duration(i)*time.Second))
+		endRun(t, s, id, store.StatusCompleted, Base)
+	}
+	dl := func(id, tenant, run string, next time.Time) *store.Delivery {
+		return &store.Delivery{ID: id, Tenant: tenant, RunID: run, EventType: "run.completed", URL: "https://x.example/h",
+			Payload: []byte(`{}`), Status: store.DeliveryPending, NextAttemptAt: next, CreatedAt: Base, UpdatedAt: Base}
+	}
+	ok(t, "PutWebhook", s.PutWebhook(ctx, &store.Webhook{Tenant: "tenant-1", URL: "https://x.example/h", Secret: "whsec_AAAA", UpdatedAt: Base}))
+	ok(t, "MarkNotified(queued)", s.MarkNotified(ctx, "queued", dl("msg_q", "tenant-1", "queued", Base.Add(time.Hour))))
+	retrying := dl("msg_r", "tenant-1", "retrying", Base)
+	ok(t, "MarkNotified(retrying)", s.MarkNotified(ctx, "retrying", retrying))
+	retrying.Attempts, retrying.NextAttemptAt, retrying.LastError = 1, Base.Add(time.Minute), "HTTP 500"
+	ok(t, "RecordAttempt(retrying 1)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_r", N: 1, At: Base, StatusCode: 500}, retrying))
+	done := dl("msg_d", "tenant-1", "done", Base)
+	ok(t, "MarkNotified(done)", s.MarkNotified(ctx, "done", done))
+	done.Attempts, done.Status = 1, store.DeliveryDelivered
+	ok(t, "RecordAttempt(done 1)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_d", N: 1, At: Base, StatusCode: 204}, done))
+	ok(t, "MarkNotified(other)", s.MarkNotified(ctx, "other", dl("msg_o", "tenant-2", "other", Base.Add(time.Hour))))
+
+	ok(t, "DeleteWebhook", s.DeleteWebhook(ctx, "tenant-1", Base.Add(2*time.Minute)))
+	for id, want := range map[string]string{"msg_q": store.DeliveryDropped, "msg_r": store.DeliveryDropped,
+		"msg_d": store.DeliveryDelivered, "msg_o": store.DeliveryPending} {
+		got, err := s.GetDelivery(ctx, id)
+		ok(t, "GetDelivery("+id+")", err)
+		if got.Status != want {
+			t.Errorf("after DeleteWebhook, %s is %s, want %s", id, got.Status, want)
+		}
+		if want == store.DeliveryDropped && (!got.UpdatedAt.Equal(Base.Add(2*time.Minute)) || got.LastError == "") {
+			t.Errorf("dropped %s = %+v, want the deletion's time and a reason", id, got)
+		}
+	}
+	ok(t, "PutWebhook(again)", s.PutWebhook(ctx, &store.Webhook{Tenant: "tenant-1", URL: "https://y.example/h", Secret: "whsec_BBBB", UpdatedAt: Base}))
+	due, err := s.DueDeliveries(ctx, Base.Add(24*time.Hour), 10)
+	ok(t, "DueDeliveries", err)
+	if len(due) != 1 || due[0].ID != "msg_o" {
+		t.Fatalf("DueDeliveries after the deletion = %+v, want only the other tenant's", due)
+	}
+	// An attempt that was in flight when the webhook was deleted is stored,
+	// but the delivery stays dropped.
+	retrying.Attempts, retrying.NextAttemptAt = 2, Base.Add(time.Hour)
+	ok(t, "RecordAttempt(retrying 2)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_r", N: 2, At: Base, Error: "stopped"}, retrying))
+	got, err := s.GetDelivery(ctx, "msg_r")
+	ok(t, "GetDelivery(msg_r)", err)
+	as, err := s.ListAttempts(ctx, "msg_r")
+	ok(t, "ListAttempts(msg_r)", err)
+	if got.Status != store.DeliveryDropped || got.Attempts != 1 || len(as) != 2 {
+		t.Fatalf("after a late attempt: %+v with %d attempts stored, want dropped, 1, 2", got, len(as))
+	}
+	wantErr(t, "RecordAttempt(unknown)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_x", N: 1, At: Base},
+		dl("msg_x", "tenant-1", "x", Base)), store.ErrNotFound)
 }
 
 // endRun claims a run and releases it with status.
