@@ -162,6 +162,12 @@ func (b *Broker) Decide(ctx context.Context, p Proposal) trace.Decision {
 	return b.decide(ctx, p)
 }
 
+// Reviewed reports whether the platform reviewed m (see tool.Catalog.Review):
+// only a reviewed manifest's description is trusted text, and only a
+// reviewed tier-1 tool that declares untrusted_output: false has trusted
+// output.
+func (b *Broker) Reviewed(m *tool.Manifest) bool { return b.o.Catalog.Reviewed(m) }
+
 // Executor runs a tool of tier 2 or 3 in a sandbox. It returns the tool's
 // result and the boundary record; a Go error means the platform failed.
 type Executor interface {
