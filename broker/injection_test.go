@@ -126,10 +126,10 @@ type sceneCall struct {
 // signal written straight into the run's signal queue (a forged or
 // replayed one, as if the API had been bypassed).
 type sceneAct struct {
-	Via      string `yaml:"via"` // api | signal | message
+	Via string `yaml:"via"` // api | signal | message
 	// Text is the message's text (via message).
-	Text    string `yaml:"text"`
-	Comment string `yaml:"comment"`
+	Text     string `yaml:"text"`
+	Comment  string `yaml:"comment"`
 	As       string `yaml:"as"`
 	Decision string `yaml:"decision"`
 	// Approval picks the approval: pending (the one waiting) or decided
@@ -161,7 +161,7 @@ type sceneExpects struct {
 		Why     string `yaml:"why"`
 	} `yaml:"requests"`
 	// Taint is the source the run's taint event must name.
-	Taint string `yaml:"taint"`
+	Taint  string `yaml:"taint"`
 	Status string `yaml:"status"`
 	Bank   struct {
 		Disputes    int   `yaml:"disputes"`

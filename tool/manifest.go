@@ -395,14 +395,14 @@ func (c *checker) oneOf(field, got string, allowed ...string) {
 // Problems are collected in c.errs.
 func (c *checker) build(raw *rawManifest) *Manifest {
 	m := &Manifest{
-		Name:            raw.Name,
-		Description:     raw.Description,
-		Connector:       raw.Connector,
-		Tier:            raw.Tier,
-		TimeoutMS:       raw.TimeoutMS,
-		Approval:        raw.Approval,
-		ApprovalGroup:   raw.ApprovalGroup,
-		SideEffects:     raw.SideEffects,
+		Name:          raw.Name,
+		Description:   raw.Description,
+		Connector:     raw.Connector,
+		Tier:          raw.Tier,
+		TimeoutMS:     raw.TimeoutMS,
+		Approval:      raw.Approval,
+		ApprovalGroup: raw.ApprovalGroup,
+		SideEffects:   raw.SideEffects,
 		// Output is untrusted unless the manifest says otherwise.
 		UntrustedOutput: raw.UntrustedOutput == nil || *raw.UntrustedOutput,
 		Filesystem:      raw.Filesystem,

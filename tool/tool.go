@@ -88,7 +88,9 @@ type Catalog struct {
 }
 
 // NewCatalog returns an empty catalog.
-func NewCatalog() *Catalog { return &Catalog{funcs: map[string]Func{}, reviewed: map[string][32]byte{}} }
+func NewCatalog() *Catalog {
+	return &Catalog{funcs: map[string]Func{}, reviewed: map[string][32]byte{}}
+}
 
 // Review records manifests as reviewed by the platform team, by their hash:
 // the same tool with any other description, schema or flag is not
