@@ -10,7 +10,9 @@
 //     wins: allow, deny(reason) or require_approval(group, expires);
 //  5. rate_limit: the manifest's limits, per run (from the run's log), per
 //     user and per tenant (in this process's memory);
-//  6. approval: a require_approval policy or the manifest's approval rule.
+//  6. approval: a require_approval policy or the manifest's approval rule;
+//     the decision names every group that must approve and carries
+//     plain-words warnings about look-alike addresses for the approver.
 //
 // Execute runs an allowed call at the tool's declared isolation tier with
 // the manifest's timeout, failing closed when the tier has no executor here.

@@ -4,6 +4,11 @@
 // everything in the run's event log. Because every input arrives through a
 // recorded event, re-running the loop over a run's log reproduces the run
 // without calling a model or a tool.
+//
+// Approvals (approval.go) chain until approvers cover every group a call
+// needs; an edit is decided again by the broker as a new call. Taint
+// (taint.go) marks the run once text the platform did not write or review
+// reaches the model.
 package loop
 
 import (
