@@ -478,7 +478,7 @@ func ParseApprovalID(id string) (runID string, step, index int, err error) {
 	if !ok {
 		return "", 0, 0, fmt.Errorf("bad approval id %q", id)
 	}
-	if i := strings.LastIndexByte(rest, '.'); i >= 0 {
+	if i := strings.LastIndexByte(rest, '.'); i > strings.LastIndexByte(rest, '_') {
 		round, err := strconv.Atoi(rest[i+1:])
 		if err != nil || round < 2 || rest[i+1:] != strconv.Itoa(round) {
 			return "", 0, 0, fmt.Errorf("bad approval id %q", id)
