@@ -77,7 +77,7 @@ func addressWarnings(args json.RawMessage) []string {
 func addressTokens(s string, limit int) []string {
 	var out []string
 	for _, t := range strings.FieldsFunc(s, func(r rune) bool {
-		return r == ' ' || r == '\t' || r == ',' || r == ';' || r == '<' || r == '>' || r == '(' || r == ')' || r == '\'' ||
+		return r == ' ' || r == '\t' || r == ',' || r == ';' || r == '<' || r == '>' || r == '(' || r == ')' ||
 			(unicode.IsSpace(r) && r != '\r' && r != '\n')
 	}) {
 		if len(out) == limit {

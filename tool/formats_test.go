@@ -1,6 +1,7 @@
 package tool_test
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -102,4 +103,36 @@ func TestClass7OutputUntrustedByDefault(t *testing.T) {
 	if _, err := tool.ParseManifests("mail.yaml", []byte(sandboxed)); err == nil || !strings.Contains(err.Error(), "only a tier-1 tool") {
 		t.Fatalf("tier 2 declaring trusted output: %v", err)
 	}
+}
+
+// FuzzEmailFormat: whatever the model sends as a recipient, an accepted one
+// is a single plain mailbox: one @, printable ASCII, no space, line break,
+// %, ! or quote, and a dotted domain.
+func FuzzEmailFormat(f *testing.F) {
+	ms, err := tool.ParseManifests("mail.yaml", []byte(mailTool))
+	if err != nil {
+		f.Fatal(err)
+	}
+	m := ms[0]
+	for _, s := range []string{"asha.rao@mail.example", "a@b.in\r\nBcc: x@y.example", "a%b@c.in", `"a"@b.in`, "a@[1.2.3.4]", "a@b", "ex\u0430@b.in"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		args, err := json.Marshal(map[string]string{"to": s})
+		if err != nil {
+			return
+		}
+		if m.ValidateArgs(args) != nil {
+			return
+		}
+		local, domain, _ := strings.Cut(s, "@")
+		if strings.Count(s, "@") != 1 || local == "" || !strings.Contains(domain, ".") || strings.ContainsAny(s, " \t\r\n%!\"[]\\") {
+			t.Fatalf("accepted %q", s)
+		}
+		for _, r := range s {
+			if r < 0x21 || r > 0x7e {
+				t.Fatalf("accepted %q with %U", s, r)
+			}
+		}
+	})
 }
