@@ -92,8 +92,28 @@ func TestClass2ApprovalEditEscalates(t *testing.T) {
 			!strings.Contains(notes[0].Text, "bob edited") || !strings.Contains(notes[0].Text, "the whole invoice") {
 			t.Fatalf("notes = %+v", notes)
 		}
+		// ... in the next prompt, after the step's results.
+		seen := false
+		if err := trace.Prompts(ctx, f.p.Store, evs, func(_ *store.Event, _ *trace.ModelCall, req *modelRequest) error {
+			for _, m := range req.Messages {
+				for i, p := range m.Content {
+					if strings.Contains(p.Text, "bob edited") {
+						seen = true
+						if i == 0 || m.Content[i-1].Type != "tool_result" {
+							t.Errorf("the edit note is not after the call's result: %+v", m.Content)
+						}
+					}
+				}
+			}
+			return nil
+		}); err != nil || !seen {
+			t.Fatalf("the model never saw the edit (%v)", err)
+		}
 		if _, n, err := f.p.Engine.Verify(ctx, run.ID); err != nil || n != len(evs) {
 			t.Fatalf("verify: %d/%d %v", n, len(evs), err)
+		}
+		if rep, err := trace.Verify(ctx, f.p.Store, run.ID); err != nil || !rep.OK() {
+			t.Fatalf("trace verify: %+v %v", rep, err)
 		}
 	})
 

@@ -682,7 +682,7 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		// The model is told how people changed its call, after its result.
 		text := fmt.Sprintf("Note from the platform about your %s call (id %s): %s. The result above is of the call as finally decided.",
 			call.Name, call.ToolUseID, strings.Join(approvalNotes, "; "))
-		if _, err := l.note(ctx, st, step, "approval", text); err != nil {
+		if _, err := l.note(ctx, st, step, trace.NoteApproval, text); err != nil {
 			return "", err
 		}
 	}

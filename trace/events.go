@@ -395,6 +395,11 @@ type EgressAttempt struct {
 	Addr    string `json:"addr,omitempty"`
 }
 
+// NoteApproval is the LoopNote reason of what the model is told about the
+// approval of one of its calls (edits, approvers' comments); the transcript
+// shows it at the next step's start, after every result of the step.
+const NoteApproval = "approval"
+
 // LoopNote is a message the platform adds for the model.
 type LoopNote struct {
 	Reason string `json:"reason"`
