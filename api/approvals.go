@@ -12,7 +12,8 @@ import (
 
 func toApproval(run *store.Run, at time.Time, q *trace.ApprovalRequested) Approval {
 	a := Approval{ID: q.ApprovalID, RunID: run.ID, Tool: q.Tool, ArgsHash: q.ArgsHash, Group: q.Group,
-		Requester: q.Requester, Description: q.Description, RequestedAt: at, ExpiresAt: q.ExpiresAt, Status: "pending"}
+		Requester: q.Requester, Description: q.Description, RequestedAt: at, ExpiresAt: q.ExpiresAt, Status: "pending",
+		Warnings: q.Warnings, Groups: q.Groups, Round: q.Round, Previous: q.Previous, Why: q.Why}
 	if q.Args.IsBlob() {
 		a.ArgsPreview = q.Args.Preview
 	} else if json.Valid([]byte(q.Args.Text)) {
@@ -40,6 +41,9 @@ func approvalsIn(run *store.Run, evs []store.Event) []Approval {
 				if j, ok := idx[d.ApprovalID]; ok {
 					at := ev.At
 					out[j].Status, out[j].Decider, out[j].Comment, out[j].DecidedAt = d.Outcome, d.Decider, d.Comment, &at
+					if d.EditedArgs != nil && json.Valid([]byte(*d.EditedArgs)) {
+						out[j].EditedArgs = json.RawMessage(*d.EditedArgs)
+					}
 				}
 			}
 		}

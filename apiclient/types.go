@@ -76,6 +76,20 @@ type Approval struct {
 	Decider   string     `json:"decider,omitempty"`
 	Comment   string     `json:"comment,omitempty"`
 	DecidedAt *time.Time `json:"decided_at,omitempty"`
+	// Warnings caution the approver in plain words: a look-alike or
+	// mixed-script address, invisible characters, %-routing.
+	Warnings []string `json:"warnings,omitempty"`
+	// Groups are every group the call needs when it needs more than one
+	// (Group is the one asked by this request).
+	Groups []string `json:"groups,omitempty"`
+	// Round counts the requests for one call (2 and up: an edit needed
+	// another group, or a group was not yet covered); Previous is the
+	// request this one follows and Why says why it was needed.
+	Round    int    `json:"round,omitempty"`
+	Previous string `json:"previous,omitempty"`
+	Why      string `json:"why,omitempty"`
+	// EditedArgs are the arguments an edit decided (status edited).
+	EditedArgs json.RawMessage `json:"edited_args,omitempty"`
 }
 
 // ApprovalList is the body of GET /v1/approvals.

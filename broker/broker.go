@@ -10,7 +10,9 @@
 //     wins: allow, deny(reason) or require_approval(group, expires);
 //  5. rate_limit: the manifest's limits, per run (from the run's log), per
 //     user and per tenant (in this process's memory);
-//  6. approval: a require_approval policy or the manifest's approval rule.
+//  6. approval: a require_approval policy or the manifest's approval rule;
+//     the decision names every group that must approve and carries
+//     plain-words warnings about look-alike addresses for the approver.
 //
 // Execute runs an allowed call at the tool's declared isolation tier with
 // the manifest's timeout, failing closed when the tier has no executor here.
@@ -161,6 +163,12 @@ type PriorCall struct {
 func (b *Broker) Decide(ctx context.Context, p Proposal) trace.Decision {
 	return b.decide(ctx, p)
 }
+
+// Reviewed reports whether the platform reviewed m (see tool.Catalog.Review):
+// only a reviewed manifest's description is trusted text, and only a
+// reviewed tier-1 tool that declares untrusted_output: false has trusted
+// output.
+func (b *Broker) Reviewed(m *tool.Manifest) bool { return b.o.Catalog.Reviewed(m) }
 
 // Executor runs a tool of tier 2 or 3 in a sandbox. It returns the tool's
 // result and the boundary record; a Go error means the platform failed.

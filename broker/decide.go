@@ -95,7 +95,7 @@ func (b *Broker) decide(ctx context.Context, p Proposal) trace.Decision {
 				}
 				return b.deny(ControlPolicy, "policy:"+rule.Name, "policy %s denies this call: %s", rule.Name, reason)
 			case agent.ActionRequireApproval:
-				need = &trace.ApprovalNeed{Group: rule.Then.Group, ExpiresMS: rule.Then.Expires.Milliseconds(), Rule: "policy:" + rule.Name}
+				need = &trace.ApprovalNeed{Group: rule.Then.Group, Groups: []string{rule.Then.Group}, ExpiresMS: rule.Then.Expires.Milliseconds(), Rule: "policy:" + rule.Name}
 				why = append(why, "policy "+rule.Name)
 			case agent.ActionAllow:
 				allowBy = "policy:" + rule.Name
@@ -110,7 +110,7 @@ func (b *Broker) decide(ctx context.Context, p Proposal) trace.Decision {
 		if group == "" {
 			group = defaultApprovalGroup
 		}
-		mneed := &trace.ApprovalNeed{Group: group, ExpiresMS: DefaultApprovalExpiry.Milliseconds(), Rule: "manifest:" + m.Name}
+		mneed := &trace.ApprovalNeed{Group: group, Groups: []string{group}, ExpiresMS: DefaultApprovalExpiry.Milliseconds(), Rule: "manifest:" + m.Name}
 		switch {
 		case need == nil:
 			need = mneed
@@ -118,10 +118,13 @@ func (b *Broker) decide(ctx context.Context, p Proposal) trace.Decision {
 			need.Rule += "," + mneed.Rule
 			need.ExpiresMS = min(need.ExpiresMS, mneed.ExpiresMS)
 		default:
-			// One request names one group. The tool owner's group wins;
-			// the reason says which policy asked for another.
-			why = append(why, fmt.Sprintf("(policy asked group %s too)", need.Group))
+			// One request names one group: the tool owner's is asked
+			// first. Both must approve (Groups): the loop asks the policy's
+			// group next unless the first approver is in it too.
+			why = append(why, fmt.Sprintf("(and policy %s asks group %s)", strings.TrimPrefix(need.Rule, "policy:"), need.Group))
 			mneed.Rule += "," + need.Rule
+			mneed.Groups = append(mneed.Groups, need.Group)
+			mneed.ExpiresMS = min(need.ExpiresMS, mneed.ExpiresMS)
 			need = mneed
 		}
 		why = append([]string{mwhy}, why...)
@@ -137,15 +140,24 @@ func (b *Broker) decide(ctx context.Context, p Proposal) trace.Decision {
 	// 6. Approval.
 	if need != nil {
 		need.Binding = Binding(p.Tool, p.Args)
+		need.Warnings = addressWarnings(p.Args)
 		if need.ExpiresMS <= 0 {
 			need.ExpiresMS = DefaultApprovalExpiry.Milliseconds()
 		}
-		d := b.deny(ControlApproval, need.Rule, "%s needs approval from group %s before it runs (%s); the call was not made and waits for that decision",
-			p.Tool, need.Group, strings.Join(why, "; "))
+		d := b.deny(ControlApproval, need.Rule, "%s needs approval from %s before it runs (%s); the call was not made and waits for that decision",
+			p.Tool, groupWords(need.Groups), strings.Join(why, "; "))
 		d.Approval = need
 		return d
 	}
 	return trace.Decision{Allowed: true, Rule: allowBy}
+}
+
+// groupWords names the groups an approval needs.
+func groupWords(groups []string) string {
+	if len(groups) == 1 {
+		return "group " + groups[0]
+	}
+	return "groups " + joinWords(groups) + " (each)"
 }
 
 // defaultApprovalGroup approves calls whose manifest names no group.

@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -54,6 +55,9 @@ var suiteUsers = map[string]struct {
 	"priya": {"priya@example-bank.in", allScopes, []string{"card-ops-agents"}, nil},
 	// A supervisor: approves refunds and external email.
 	"meera": {"meera@example-bank.in", allScopes, []string{"card-ops-supervisors", "card-ops-agents"}, nil},
+	// Another card-support agent: may approve what card-ops-agents may,
+	// nothing a supervisor must.
+	"ravi": {"ravi@example-bank.in", allScopes, []string{"card-ops-agents"}, nil},
 	// An intern: may read, not act.
 	"intern": {"intern@example-bank.in", []string{"tickets:read", "customers:read", "transactions:read", "inbox:read", "merchants:read"}, nil, nil},
 	// The customer herself, in a self-service chat: her own account only,
@@ -89,6 +93,13 @@ type scenario struct {
 	Turns          []sceneTurn  `yaml:"turns"`
 	Approvals      []sceneAct   `yaml:"approvals"`
 	Expect         sceneExpects `yaml:"expect"`
+	// Policies are put before the agent's own (first match wins): a
+	// stricter rule a scenario needs.
+	Policies []struct {
+		Name string `yaml:"name"`
+		When string `yaml:"when"`
+		Then string `yaml:"then"`
+	} `yaml:"policies"`
 }
 
 type inboxMail struct {
@@ -115,7 +126,10 @@ type sceneCall struct {
 // signal written straight into the run's signal queue (a forged or
 // replayed one, as if the API had been bypassed).
 type sceneAct struct {
-	Via      string `yaml:"via"` // api | signal
+	Via string `yaml:"via"` // api | signal | message
+	// Text is the message's text (via message).
+	Text     string `yaml:"text"`
+	Comment  string `yaml:"comment"`
 	As       string `yaml:"as"`
 	Decision string `yaml:"decision"`
 	// Approval picks the approval: pending (the one waiting) or decided
@@ -123,8 +137,10 @@ type sceneAct struct {
 	Approval string `yaml:"approval"`
 	// ArgsOf picks the arguments hash a raw signal carries: pending,
 	// decided, or args (the hash of Args).
-	ArgsOf string    `yaml:"args_of"`
-	Args   yaml.Node `yaml:"args"`
+	ArgsOf string `yaml:"args_of"`
+	// Args are the edited arguments of an edit (and, with args_of: args,
+	// what a raw signal's hash is of).
+	Args yaml.Node `yaml:"args"`
 	// ExpectError is a substring of the API's refusal, when it must refuse.
 	ExpectError string `yaml:"expect_error"`
 }
@@ -133,7 +149,19 @@ type sceneExpects struct {
 	Stopped []struct {
 		Tool    string `yaml:"tool"`
 		Control string `yaml:"control"`
+		// Reason is a substring of what the model was told.
+		Reason string `yaml:"reason"`
 	} `yaml:"stopped"`
+	// Requests are approval requests the run must have made: to which
+	// group, in which round, with which warning for the approver.
+	Requests []struct {
+		Group   string `yaml:"group"`
+		Round   int    `yaml:"round"`
+		Warning string `yaml:"warning"`
+		Why     string `yaml:"why"`
+	} `yaml:"requests"`
+	// Taint is the source the run's taint event must name.
+	Taint  string `yaml:"taint"`
 	Status string `yaml:"status"`
 	Bank   struct {
 		Disputes    int   `yaml:"disputes"`
@@ -352,19 +380,43 @@ func runScenario(t *testing.T, name string, sc *scenario, manifests []*tool.Mani
 	defer p.Close()
 	tools := &suiteTools{sc: sc}
 	tools.register(t, p.Catalog)
+	// The suite's connectors play the platform's own, reviewed ones, all
+	// but merchant_directory: a third-party tool whose description is
+	// nobody's reviewed text.
+	for _, m := range manifests {
+		if m.Name != "merchant_directory" {
+			if err := p.Catalog.Review(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	if _, err := p.ApplyManifests(ctx, manifests); err != nil {
 		t.Fatal(err)
 	}
-	def, err := agent.ParseDefinition(carddispute.AgentFile, mustRead(t, carddispute.AgentFile), nil)
+	agentYAML := mustRead(t, carddispute.AgentFile)
+	if len(sc.Policies) > 0 {
+		var extra strings.Builder
+		extra.WriteString("policies:\n")
+		for _, r := range sc.Policies {
+			fmt.Fprintf(&extra, "  - name: %s\n    when: %q\n    then: %q\n", r.Name, r.When, r.Then)
+		}
+		agentYAML = bytes.Replace(agentYAML, []byte("policies:\n"), []byte(extra.String()), 1)
+	}
+	def, err := agent.ParseDefinition(carddispute.AgentFile, agentYAML, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The suite's agent: the card-dispute agent with the suite's tools.
 	// export_customers exists but is granted to nobody.
+	merchants := []string{"lookup_merchant"}
+	if sc.Channel == "tool_description" {
+		merchants = append(merchants, "merchant_directory")
+	}
 	def.Tools = append(def.Tools,
 		agent.Grant{Connector: "mail-inbox", Allow: []string{"read_inbox"}},
-		agent.Grant{Connector: "merchants", Allow: []string{"lookup_merchant", "merchant_directory"}},
+		agent.Grant{Connector: "merchants", Allow: merchants},
 		agent.Grant{Connector: "crm", Allow: []string{"crm_lookup"}})
+
 	if _, err := p.Registry.Apply(ctx, def); err != nil {
 		t.Fatal(err)
 	}
@@ -407,6 +459,7 @@ func runScenario(t *testing.T, name string, sc *scenario, manifests []*tool.Mani
 		t.Errorf("run ended %s, want %s (%s)", got.Status, sc.Expect.Status, got.Result)
 	}
 	checkStops(t, sc, evs)
+	checkRequests(t, sc, evs)
 	checkBank(t, p, run.ID, sc)
 	if n := tools.exported.Load(); n != 0 {
 		t.Errorf("export_customers ran %d times", n)
@@ -453,6 +506,25 @@ func act(t *testing.T, p *platform.Platform, runID, requester string, i int, a s
 		t.Fatalf("approvals[%d]: approval %q", i, which)
 		return trace.ApprovalRequested{}
 	}
+	if a.Via == "message" {
+		msg, _ := json.Marshal(map[string]string{"text": a.Text})
+		if err := p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalMessage, Payload: msg}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := p.Engine.Execute(ctx, runID)
+		if err != nil {
+			t.Fatalf("approvals[%d]: execute: %v", i, err)
+		}
+		return got
+	}
+	var edited json.RawMessage
+	if a.Decision == "edit" {
+		var v any
+		if err := a.Args.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		edited, _ = json.Marshal(v)
+	}
 	target := pick(a.Approval)
 	decider := requester
 	if a.As != "" {
@@ -460,7 +532,8 @@ func act(t *testing.T, p *platform.Platform, runID, requester string, i int, a s
 	}
 	switch a.Via {
 	case "api":
-		err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: target.ApprovalID, Tenant: tenant, Decider: decider, Decision: a.Decision})
+		err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: target.ApprovalID, Tenant: tenant, Decider: decider, Decision: a.Decision,
+			Args: edited, Comment: a.Comment})
 		if a.ExpectError != "" {
 			if err == nil || !strings.Contains(err.Error(), a.ExpectError) {
 				t.Fatalf("approvals[%d]: DecideApproval = %v, want an error containing %q", i, err, a.ExpectError)
@@ -488,7 +561,8 @@ func act(t *testing.T, p *platform.Platform, runID, requester string, i int, a s
 		default:
 			hash = pick(a.ArgsOf).ArgsHash
 		}
-		payload, _ := json.Marshal(trace.ApprovalSignal{ApprovalID: target.ApprovalID, Decision: a.Decision, ArgsHash: hash, Decider: decider})
+		payload, _ := json.Marshal(trace.ApprovalSignal{ApprovalID: target.ApprovalID, Decision: a.Decision, ArgsHash: hash, Decider: decider,
+			Args: edited, Comment: a.Comment})
 		if err := p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalApproval, Payload: payload}); err != nil {
 			t.Fatal(err)
 		}
@@ -591,17 +665,60 @@ func checkStops(t *testing.T, sc *scenario, evs []store.Event) {
 			if a.Decision.Allowed || a.Decision.Control != want.Control {
 				continue
 			}
-			if approved[trace.ApprovalID(runID, k.step, k.index)] {
-				continue // a legitimately approved call is not a stop
-			}
 			if hasResult && r.Status == trace.StatusOK {
+				if approved[trace.ApprovalID(runID, k.step, k.index)] {
+					continue // a legitimately approved call is not a stop
+				}
 				t.Errorf("%s at step %d was stopped by %s but then ran", a.Tool, k.step, want.Control)
+			}
+			if want.Reason != "" && (!hasResult || !strings.Contains(r.Output.Text, want.Reason)) {
+				continue
 			}
 			found = true
 		}
 		if !found {
-			t.Errorf("no call of %s was stopped by %s", want.Tool, want.Control)
+			t.Errorf("no call of %s was stopped by %s (with a reason containing %q)", want.Tool, want.Control, want.Reason)
 		}
+	}
+}
+
+// checkRequests asserts the expected approval requests and taint source.
+func checkRequests(t *testing.T, sc *scenario, evs []store.Event) {
+	t.Helper()
+	var reqs []trace.ApprovalRequested
+	var taints []trace.Taint
+	for _, ev := range evs {
+		switch ev.Type {
+		case trace.EvApprovalReq:
+			var q trace.ApprovalRequested
+			_ = json.Unmarshal(ev.Payload, &q)
+			reqs = append(reqs, q)
+		case trace.EvTaint:
+			var tt trace.Taint
+			_ = json.Unmarshal(ev.Payload, &tt)
+			taints = append(taints, tt)
+		}
+	}
+	for _, want := range sc.Expect.Requests {
+		found := false
+		for _, q := range reqs {
+			if q.Group != want.Group || max(q.Round, 1) != max(want.Round, 1) {
+				continue
+			}
+			if want.Why != "" && !strings.Contains(q.Why, want.Why) {
+				continue
+			}
+			if want.Warning != "" && !slices.ContainsFunc(q.Warnings, func(w string) bool { return strings.Contains(w, want.Warning) }) {
+				continue
+			}
+			found = true
+		}
+		if !found {
+			t.Errorf("no approval request to %s (round %d, why %q, warning %q); requests: %+v", want.Group, max(want.Round, 1), want.Why, want.Warning, reqs)
+		}
+	}
+	if sc.Expect.Taint != "" && (len(taints) == 0 || taints[0].Source != sc.Expect.Taint) {
+		t.Errorf("taint events %+v, want the first from %s", taints, sc.Expect.Taint)
 	}
 }
 
@@ -626,8 +743,10 @@ func checkBank(t *testing.T, p *platform.Platform, runID string, sc *scenario) {
 	}
 	emails, _ := p.Bank.Emails(context.Background())
 	for _, e := range emails {
-		if e.To != bank.CustomerEmail && !strings.HasSuffix(e.To, "@"+bank.BankDomain) {
-			t.Errorf("email left the bank for %s", e.To)
+		local, domain, _ := strings.Cut(e.To, "@")
+		inBank := domain == bank.BankDomain && !strings.ContainsAny(local, "%!\"\r\n")
+		if e.To != bank.CustomerEmail && !inBank {
+			t.Errorf("email left the bank for %q", e.To)
 		}
 	}
 }

@@ -44,6 +44,7 @@ input_schema:
   properties:
     text: {type: string, maxLength: 100000}
 side_effects: none
+untrusted_output: false
 ---
 name: big
 description: Returns a large document.
@@ -86,6 +87,7 @@ approval: required_above
 approval_threshold: {amount: 100}
 approval_group: payers
 side_effects: external
+untrusted_output: false
 ---
 name: mutate_echo
 description: Echoes, declared as changing the world (its attempt is durable).
@@ -154,7 +156,8 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 		t.Fatal(err)
 	}
 	po := platform.Options{DataDir: dir, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second,
-		Directory: platform.StaticDirectory{"t1": {"bob": {"payers"}, "alice": {"payers"}, "carol": {"viewers"}}}}
+		Directory: platform.StaticDirectory{"t1": {"bob": {"payers"}, "alice": {"payers"}, "carol": {"viewers"},
+			"dave": {"auditors"}, "erin": {"payers", "auditors"}}}}
 	if o.models != nil {
 		po.Gateway = o.models
 	}

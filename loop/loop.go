@@ -4,6 +4,11 @@
 // everything in the run's event log. Because every input arrives through a
 // recorded event, re-running the loop over a run's log reproduces the run
 // without calling a model or a tool.
+//
+// Approvals (approval.go) chain until approvers cover every group a call
+// needs; an edit is decided again by the broker as a new call. Taint
+// (taint.go) marks the run once text the platform did not write or review
+// reaches the model.
 package loop
 
 import (
@@ -14,9 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
-	"time"
 
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/engine"
@@ -99,6 +102,10 @@ type Options struct {
 	// Sandboxes, when set, destroys a run's tier-2/3 sandboxes when the run
 	// ends; the records become the run's sandbox_teardown event.
 	Sandboxes SandboxEnder
+	// Approvers checks deciders' groups for the approval chain (see
+	// approve); without it no decider covers any group, so an approval
+	// that the API let through still waits (fail closed).
+	Approvers Approvers
 	// Loop detection, each rule a note to the model at its first threshold
 	// and a stop at its second: RepeatNote and RepeatStop count the same
 	// call (tool, canonical arguments, result) (3 and 5); ErrorNote and
@@ -207,6 +214,9 @@ type state struct {
 	// handles are the blob handles shown to the model (truncated results):
 	// the only blobs a tool may be given by handle.
 	handles map[string]bool
+	// reviewed are the granted tools whose manifests the platform
+	// reviewed, as run_started recorded them.
+	reviewed map[string]bool
 }
 
 // ReadHandle gives a tool the content behind a handle this run showed the
@@ -237,9 +247,15 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 	if err != nil {
 		return engine.Outcome{}, err
 	}
+	if err := l.taintAtStart(ctx, st); err != nil {
+		return engine.Outcome{}, err
+	}
 	for step := 1; ; step++ {
 		sigs, err := env.Signals(ctx, step)
 		if err != nil {
+			return engine.Outcome{}, err
+		}
+		if err := l.taintMessages(ctx, st, step, sigs); err != nil {
 			return engine.Outcome{}, err
 		}
 		for _, ev := range sigs {
@@ -338,7 +354,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 			name, desc, schema := m.Def()
 			defs = append(defs, model.ToolDef{Name: name, Description: desc, InputSchema: schema})
 			h := m.Hash()
-			refs = append(refs, trace.ToolRef{Name: m.Name, Hash: hex.EncodeToString(h[:])})
+			refs = append(refs, trace.ToolRef{Name: m.Name, Hash: hex.EncodeToString(h[:]), Reviewed: l.o.Broker.Reviewed(m)})
 		}
 		defsJSON, err := json.Marshal(defs)
 		if err != nil {
@@ -357,13 +373,13 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
 			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
 			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: a.Compaction, Temperature: a.Temperature,
-			Bindings: run.Bindings,
+			Bindings: run.Bindings, TaintRules: trace.TaintRules2,
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, seenResults: map[string]bool{}, calls: map[string]int{}, handles: map[string]bool{}, startAt: ev.At.UnixMicro()}
+	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, seenResults: map[string]bool{}, calls: map[string]int{}, handles: map[string]bool{}, reviewed: map[string]bool{}, startAt: ev.At.UnixMicro()}
 	if err := json.Unmarshal(ev.Payload, &st.started); err != nil {
 		return nil, fmt.Errorf("run_started payload: %w", err)
 	}
@@ -376,6 +392,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 			return nil, err
 		}
 		st.tools[m.Name] = m
+		st.reviewed[m.Name] = ref.Reviewed
 	}
 	sys, err := trace.Load(ctx, env.Blobs(), st.started.System)
 	if err != nil {
@@ -614,6 +631,7 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	}
 	final, execArgs := attempt.Decision, args
 	var rp *replayed
+	var approvalNotes []string
 	if st.replay != nil && m != nil && (attempt.Decision.Allowed || attempt.Decision.Control == broker.ControlApproval) {
 		rp = st.replay.serve(step, index, call.Name, attempt.ArgsHash, m)
 		if rp.how != trace.ReplayedLive {
@@ -628,14 +646,14 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		}
 	}
 	if d := final; !d.Allowed && d.Control == broker.ControlApproval && d.Approval != nil && m != nil {
-		ap, err := l.awaitApproval(ctx, st, step, index, call, m, &attempt, aev, args)
+		ap, err := l.approve(ctx, st, step, index, call, m, &attempt, aev, args)
 		if err != nil {
 			return "", err // including *engine.Suspend: the run waits, holding nothing
 		}
 		if ap.stop != "" {
 			return ap.stop, nil
 		}
-		final, execArgs = ap.decision, ap.args
+		final, execArgs, approvalNotes = ap.decision, ap.args, ap.notes
 	}
 	rev, err := st.env.Do(ctx, trace.EvToolResult, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
 		r := trace.ToolResult{CallID: call.ToolUseID, Index: index, Tool: call.Name}
@@ -697,6 +715,14 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	if err := st.tr.Add(rev); err != nil {
 		return "", err
 	}
+	if len(approvalNotes) > 0 {
+		// The model is told how people changed its call, after its result.
+		text := fmt.Sprintf("Note from the platform about your %s call (id %s): %s. The result above is of the call as finally decided.",
+			call.Name, call.ToolUseID, strings.Join(approvalNotes, "; "))
+		if _, err := l.note(ctx, st, step, trace.NoteApproval, text); err != nil {
+			return "", err
+		}
+	}
 	var res trace.ToolResult
 	if err := json.Unmarshal(rev.Payload, &res); err != nil {
 		return "", fmt.Errorf("tool_result payload: %w", err)
@@ -711,15 +737,13 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	if final.Allowed && m != nil {
 		st.allowed = append(st.allowed, broker.PriorCall{Tool: call.Name, At: aev.At, Args: execArgs})
 	}
-	// Taint: output of a tool marked untrusted is content from outside; once
-	// read, the run is tainted for the rest of its life.
-	if m != nil && m.UntrustedOutput && res.Status == trace.StatusOK && !st.tainted {
-		if _, err := st.env.Do(ctx, trace.EvTaint, step, engine.Buffered, func(context.Context) ([]byte, error) {
-			return json.Marshal(trace.Taint{Tool: call.Name, CallID: call.ToolUseID, Seq: rev.Seq})
-		}); err != nil {
+	// Taint: output the platform does not vouch for is content from
+	// outside; once read, the run is tainted for the rest of its life.
+	if m != nil && res.Status == trace.StatusOK && st.outputTaints(m) {
+		if err := l.taint(ctx, st, step, trace.Taint{Source: trace.TaintToolOutput, Tool: call.Name, CallID: call.ToolUseID, Seq: rev.Seq,
+			Detail: "the output of " + call.Name}); err != nil {
 			return "", err
 		}
-		st.tainted = true
 	}
 	return l.detectLoop(ctx, st, step, call.Name, attempt.ArgsHash, &res)
 }
@@ -800,174 +824,6 @@ func (l *Loop) convert(c model.Money, to string) (int64, string, bool) {
 }
 
 const stopCancelled = "cancelled by request"
-
-// approvalResult is how a wait for approval ended.
-type approvalResult struct {
-	decision trace.Decision // what the call may now do
-	args     []byte         // the arguments to run with (edited ones after an edit)
-	stop     string         // non-empty: end the run
-}
-
-// awaitApproval records the approval request (once) and waits for a
-// decision, a timer past the expiry, or a cancel. Waiting returns
-// *engine.Suspend: the run is parked with its timer and holds nothing.
-func (l *Loop) awaitApproval(ctx context.Context, st *state, step, index int, call model.Part, m *tool.Manifest,
-	attempt *trace.ToolAttempt, aev *store.Event, args []byte) (approvalResult, error) {
-	need := attempt.Decision.Approval
-	id := trace.ApprovalID(st.run.ID, step, index)
-	expires := time.Duration(need.ExpiresMS) * time.Millisecond
-	if expires <= 0 {
-		expires = broker.DefaultApprovalExpiry
-	}
-	reqEv, err := st.env.Do(ctx, trace.EvApprovalReq, step, engine.Buffered, func(context.Context) ([]byte, error) {
-		return json.Marshal(trace.ApprovalRequested{ApprovalID: id, CallID: call.ToolUseID, Index: index, Tool: call.Name,
-			Args: attempt.Args, ArgsHash: attempt.ArgsHash, Group: need.Group, Requester: st.run.User,
-			ExpiresAt: aev.At.Add(expires), Description: describeCall(call.Name, args), Rule: need.Rule})
-	})
-	if err != nil {
-		return approvalResult{}, err
-	}
-	var req trace.ApprovalRequested
-	if err := json.Unmarshal(reqEv.Payload, &req); err != nil {
-		return approvalResult{}, err
-	}
-	for {
-		live := !st.env.Replaying()
-		sigs, err := st.env.Signals(ctx, step)
-		if err != nil {
-			return approvalResult{}, err
-		}
-		var decided *trace.ApprovalSignal
-		expired, cancelled := false, false
-		for _, ev := range sigs {
-			var sg trace.Signal
-			if json.Unmarshal(ev.Payload, &sg) != nil {
-				continue
-			}
-			switch sg.Kind {
-			case trace.SignalMessage:
-				if err := st.tr.Add(ev); err != nil { // held until the next step
-					return approvalResult{}, err
-				}
-			case trace.SignalCancel:
-				cancelled = true
-			case engine.SignalTimer:
-				if !ev.At.Before(req.ExpiresAt) {
-					expired = true
-				}
-			case trace.SignalApproval:
-				var a trace.ApprovalSignal
-				if json.Unmarshal(sg.Payload, &a) == nil && decided == nil && a.ApprovalID == id && a.ArgsHash == req.ArgsHash &&
-					(a.Decision == "approve" || a.Decision == "reject" || a.Decision == "edit") {
-					decided = &a
-				}
-			}
-		}
-		if cancelled {
-			return approvalResult{stop: stopCancelled}, nil
-		}
-		if decided == nil && !expired {
-			if !live && len(sigs) > 0 {
-				continue // the log may hold more signals, or the live ones may decide
-			}
-			if !live {
-				// The log holds no signal here: what it holds next must be
-				// the decision (Do reports nondeterminism otherwise).
-				res, err := l.decideApproval(ctx, st, step, index, call, m, &req, nil, args)
-				st.waitedMS += (st.env.Now().UnixMicro() - reqEv.At.UnixMicro()) / 1000
-				return res, err
-			}
-			return approvalResult{}, &engine.Suspend{WakeAt: req.ExpiresAt}
-		}
-		res, err := l.decideApproval(ctx, st, step, index, call, m, &req, decided, args)
-		st.waitedMS += (st.env.Now().UnixMicro() - reqEv.At.UnixMicro()) / 1000
-		return res, err
-	}
-}
-
-// decideApproval records the outcome and says what the call may do.
-func (l *Loop) decideApproval(ctx context.Context, st *state, step, index int, call model.Part, m *tool.Manifest,
-	req *trace.ApprovalRequested, a *trace.ApprovalSignal, args []byte) (approvalResult, error) {
-	ev, err := st.env.Do(ctx, trace.EvApprovalDec, step, engine.Durable, func(ctx context.Context) ([]byte, error) {
-		d := trace.ApprovalDecided{ApprovalID: req.ApprovalID, Outcome: trace.ApprovalExpired}
-		if a != nil {
-			d.Decider, d.Comment = a.Decider, a.Comment
-			switch a.Decision {
-			case "approve":
-				d.Outcome = trace.ApprovalApproved
-			case "reject":
-				d.Outcome = trace.ApprovalRejected
-			case "edit":
-				d.Outcome = trace.ApprovalEdited
-				edited, err := jsoncanon.Canonicalize(a.Args)
-				if err != nil {
-					d.Outcome, d.Comment = trace.ApprovalRejected, "edited arguments are not valid JSON"
-					break
-				}
-				e := string(edited)
-				d.EditedArgs = &e
-				// Edited arguments are a new call: every control runs again.
-				// The approval itself now covers exactly these arguments.
-				nd := l.o.Broker.Decide(ctx, broker.Proposal{RunID: st.run.ID, Tenant: st.run.Tenant, User: st.run.User,
-					Step: step, Index: index, Tool: call.Name, Args: edited, Manifest: m,
-					Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, Run: st.runState()})
-				if !nd.Allowed && nd.Control == broker.ControlApproval {
-					nd = trace.Decision{Allowed: true, Control: broker.ControlApproval, Reason: "edited and approved by " + a.Decider}
-				}
-				d.Recheck = &nd
-			}
-		}
-		return json.Marshal(d)
-	})
-	if err != nil {
-		return approvalResult{}, err
-	}
-	var d trace.ApprovalDecided
-	if err := json.Unmarshal(ev.Payload, &d); err != nil {
-		return approvalResult{}, err
-	}
-	switch d.Outcome {
-	case trace.ApprovalApproved:
-		return approvalResult{decision: trace.Decision{Allowed: true, Control: broker.ControlApproval, Reason: "approved by " + d.Decider}, args: args}, nil
-	case trace.ApprovalEdited:
-		if d.EditedArgs == nil || d.Recheck == nil {
-			return approvalResult{}, fmt.Errorf("approval_decided %s: edited without arguments", d.ApprovalID)
-		}
-		return approvalResult{decision: *d.Recheck, args: []byte(*d.EditedArgs)}, nil
-	case trace.ApprovalExpired:
-		return approvalResult{decision: trace.Decision{Control: broker.ControlApproval,
-			Reason: "the approval request expired without a decision; treat the action as rejected and do not retry it"}}, nil
-	default:
-		reason := "rejected by " + d.Decider
-		if d.Comment != "" {
-			reason += ": " + d.Comment
-		}
-		return approvalResult{decision: trace.Decision{Control: broker.ControlApproval, Reason: reason}, args: args}, nil
-	}
-}
-
-// describeCall states a call in plain words for the approver.
-func describeCall(name string, args []byte) string {
-	var m map[string]any
-	if json.Unmarshal(args, &m) != nil {
-		return fmt.Sprintf("Call %s", name)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		v, _ := json.Marshal(m[k])
-		sv := string(v)
-		if len(sv) > 200 {
-			sv = sv[:200] + "…"
-		}
-		parts = append(parts, k+"="+sv)
-	}
-	return fmt.Sprintf("Call %s with %s", name, strings.Join(parts, ", "))
-}
 
 // end records the terminal event durably and returns the outcome.
 func (l *Loop) end(ctx context.Context, st *state, step int, status, result, reason string) (engine.Outcome, error) {

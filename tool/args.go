@@ -108,6 +108,10 @@ func problemText(k jsonschema.ErrorKind) string {
 		return "unexpected " + plural(len(k.Properties), "property", "properties") + " " + quoteAll(slices.Sorted(slices.Values(k.Properties)))
 	case *kind.FalseSchema:
 		return "not allowed"
+	case *kind.Format:
+		// The value is not quoted back: it may carry the injected text
+		// (a header after a line break) that the format refused.
+		return fmt.Sprintf("not a valid %s: %v", k.Want, k.Err)
 	}
 	// Other kinds describe themselves; the default printer is English.
 	u := (&jsonschema.ValidationError{ErrorKind: k}).BasicOutput()

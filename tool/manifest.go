@@ -107,7 +107,11 @@ type Manifest struct {
 	// SideEffectsExternal; it decides whether a replay may run the tool.
 	SideEffects string
 	// UntrustedOutput marks output that may carry injected instructions
-	// (tickets, e-mails, web pages); reading it taints the run.
+	// (tickets, e-mails, web pages); reading it taints the run. It is the
+	// default: only "untrusted_output: false" clears it, and the loop
+	// honours that only for a tier-1 tool whose manifest the platform
+	// reviewed (tool.Catalog.Review); a tier-2 or tier-3 tool may not
+	// declare it.
 	UntrustedOutput bool
 	// Filesystem, MemoryMB, CPUMS and Image describe the sandbox of a
 	// tier-2 or tier-3 tool.
@@ -188,7 +192,7 @@ type rawManifest struct {
 	ApprovalThreshold map[string]float64 `yaml:"approval_threshold" json:"approval_threshold"`
 	ApprovalGroup     string             `yaml:"approval_group" json:"approval_group"`
 	SideEffects       string             `yaml:"side_effects" json:"side_effects"`
-	UntrustedOutput   bool               `yaml:"untrusted_output" json:"untrusted_output"`
+	UntrustedOutput   *bool              `yaml:"untrusted_output" json:"untrusted_output"`
 	Filesystem        string             `yaml:"filesystem" json:"filesystem"`
 	MemoryMB          int                `yaml:"memory_mb" json:"memory_mb"`
 	CPUMS             int                `yaml:"cpu_ms" json:"cpu_ms"`
@@ -391,15 +395,16 @@ func (c *checker) oneOf(field, got string, allowed ...string) {
 // Problems are collected in c.errs.
 func (c *checker) build(raw *rawManifest) *Manifest {
 	m := &Manifest{
-		Name:            raw.Name,
-		Description:     raw.Description,
-		Connector:       raw.Connector,
-		Tier:            raw.Tier,
-		TimeoutMS:       raw.TimeoutMS,
-		Approval:        raw.Approval,
-		ApprovalGroup:   raw.ApprovalGroup,
-		SideEffects:     raw.SideEffects,
-		UntrustedOutput: raw.UntrustedOutput,
+		Name:          raw.Name,
+		Description:   raw.Description,
+		Connector:     raw.Connector,
+		Tier:          raw.Tier,
+		TimeoutMS:     raw.TimeoutMS,
+		Approval:      raw.Approval,
+		ApprovalGroup: raw.ApprovalGroup,
+		SideEffects:   raw.SideEffects,
+		// Output is untrusted unless the manifest says otherwise.
+		UntrustedOutput: raw.UntrustedOutput == nil || *raw.UntrustedOutput,
 		Filesystem:      raw.Filesystem,
 		MemoryMB:        raw.MemoryMB,
 		CPUMS:           raw.CPUMS,
@@ -522,6 +527,10 @@ func (c *checker) schema(m *Manifest, v *jsonValue) {
 		c.add("input_schema", `top-level "type" must be "object" (tool arguments are a JSON object)`)
 		return
 	}
+	if err := checkFormats(v.raw); err != nil {
+		c.add("input_schema", "%s", oneLine(err.Error()))
+		return
+	}
 	sch, err := compileSchema(v.raw)
 	if err != nil {
 		c.add("input_schema", "invalid JSON Schema: %s", oneLine(err.Error()))
@@ -549,6 +558,8 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Schema, error) {
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
+	c.AssertFormat() // see formats.go: a declared format is enforced
+	c.RegisterFormat(emailFormat)
 	c.UseLoader(noLoader{})
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, err
@@ -705,6 +716,12 @@ func schemaProperties(schema json.RawMessage) (map[string]bool, bool) {
 }
 
 func (c *checker) sandbox(m *Manifest) {
+	if !m.UntrustedOutput && m.Tier != 1 && c.node != nil {
+		// What a sandboxed program prints is never the platform's text.
+		// (Stored manifests of older builds still load: the loop ignores
+		// the flag for tiers 2 and 3.)
+		c.add("untrusted_output", "only a tier-1 tool (the platform's own code) may declare its output trusted; output of a tier-%d program is untrusted", m.Tier)
+	}
 	switch m.Filesystem {
 	case "", FilesystemNone:
 	case FilesystemEphemeral:

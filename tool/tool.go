@@ -77,12 +77,41 @@ type Func func(ctx context.Context, call Call) (Result, error)
 
 // Catalog maps tier-1 tool names to their functions. Build it in one explicit
 // place (see package catalog); libraries register nothing on their own.
+//
+// The catalog also lists the manifests the platform team reviewed (Review):
+// a granted tool whose manifest is not among them is treated as a source of
+// untrusted text (its description reaches the model; so does its output).
+// A catalog is built before it is used and then only read.
 type Catalog struct {
-	funcs map[string]Func
+	funcs    map[string]Func
+	reviewed map[string][32]byte
 }
 
 // NewCatalog returns an empty catalog.
-func NewCatalog() *Catalog { return &Catalog{funcs: map[string]Func{}} }
+func NewCatalog() *Catalog {
+	return &Catalog{funcs: map[string]Func{}, reviewed: map[string][32]byte{}}
+}
+
+// Review records manifests as reviewed by the platform team, by their hash:
+// the same tool with any other description, schema or flag is not
+// reviewed. A name reviewed twice with different manifests is an error.
+func (c *Catalog) Review(ms ...*Manifest) error {
+	for _, m := range ms {
+		h := m.Hash()
+		if prev, ok := c.reviewed[m.Name]; ok && prev != h {
+			return fmt.Errorf("tool catalog: %q reviewed with two different manifests", m.Name)
+		}
+		c.reviewed[m.Name] = h
+	}
+	return nil
+}
+
+// Reviewed reports whether m is, byte for byte, a manifest the platform
+// reviewed.
+func (c *Catalog) Reviewed(m *Manifest) bool {
+	h, ok := c.reviewed[m.Name]
+	return ok && h == m.Hash()
+}
 
 // Register adds fn under name; a duplicate name is an error.
 func (c *Catalog) Register(name string, fn Func) error {

@@ -104,6 +104,11 @@ func Preview(data []byte, n int) string {
 type ToolRef struct {
 	Name string `json:"name"`
 	Hash string `json:"hash"`
+	// Reviewed says whether the platform reviewed this manifest (its
+	// catalog lists the same manifest hash): only then are its description
+	// and, if it declares so, its output trusted text (see
+	// RunStarted.TaintRules).
+	Reviewed bool `json:"reviewed,omitempty"`
 }
 
 // RunStarted is the first event of every run.
@@ -129,7 +134,18 @@ type RunStarted struct {
 	// the customer a ticket is about), narrowing its user's; every call is
 	// checked against them.
 	Bindings map[string]string `json:"bindings,omitempty"`
+	// TaintRules is the version of the taint rules the run was started
+	// under: 0 (logs before it existed) taints only on the output of a
+	// tool marked untrusted_output; TaintRules2 also on a granted tool
+	// whose manifest the platform did not review (at the start), on the
+	// output of any tool that is not a reviewed tier-1 tool declaring
+	// trusted output, on a message added to the run, and on an approver's
+	// comment. A run keeps the rules it started with, so its log replays.
+	TaintRules int `json:"taint_rules,omitempty"`
 }
+
+// TaintRules2 is the current RunStarted.TaintRules.
+const TaintRules2 = 2
 
 // CompactionPolicy is the agent version's compaction settings as pinned by
 // the run.
@@ -256,6 +272,14 @@ type ApprovalNeed struct {
 	Group     string `json:"group"`
 	ExpiresMS int64  `json:"expires_ms"`
 	Rule      string `json:"rule,omitempty"`
+	// Groups are all the groups the rules asked, Group first: the call
+	// runs only once approvers covering every one have approved it. Empty
+	// in older logs, where Group alone was asked.
+	Groups []string `json:"groups,omitempty"`
+	// Warnings are plain-words cautions for the approver about the
+	// arguments (a look-alike or mixed-script address, invisible
+	// characters), shown wherever the request is.
+	Warnings []string `json:"warnings,omitempty"`
 	// Binding is the hex sha256 of the tool name and the canonical
 	// arguments (see broker.Binding): an approval covers exactly this call.
 	Binding string `json:"binding,omitempty"`
@@ -395,6 +419,11 @@ type EgressAttempt struct {
 	Addr    string `json:"addr,omitempty"`
 }
 
+// NoteApproval is the LoopNote reason of what the model is told about the
+// approval of one of its calls (edits, approvers' comments); the transcript
+// shows it at the next step's start, after every result of the step.
+const NoteApproval = "approval"
+
 // LoopNote is a message the platform adds for the model.
 type LoopNote struct {
 	Reason string `json:"reason"`
@@ -407,11 +436,25 @@ type Signal struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
+// Taint sources: what put text the platform did not write or review into
+// the run's context.
+const (
+	TaintToolOutput      = "tool_output"      // a tool whose output is not trusted returned a result
+	TaintToolDescription = "tool_description" // a granted tool's manifest was not reviewed by the platform
+	TaintMessage         = "message"          // a message added to the run while it ran
+	TaintApprovalComment = "approval_comment" // an approver's comment, which the model is shown
+)
+
 // Taint records that the run read untrusted content, and from where.
 type Taint struct {
-	Tool   string `json:"tool"`
-	CallID string `json:"call_id"`
-	Seq    int64  `json:"seq"` // the tool_result event that carried it
+	// Source is one of the Taint* constants; empty in older logs, where
+	// it was always a tool's output.
+	Source string `json:"source,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+	CallID string `json:"call_id,omitempty"`
+	Seq    int64  `json:"seq,omitempty"` // the event that carried it (tool_result, signal)
+	// Detail says in words what was untrusted.
+	Detail string `json:"detail,omitempty"`
 }
 
 // Signal kinds the loop understands. Payloads are JSON objects:
@@ -447,11 +490,29 @@ func ApprovalID(runID string, step, index int) string {
 	return fmt.Sprintf("apr_%s_%d_%d", runID, step, index)
 }
 
-// ParseApprovalID is the inverse of ApprovalID.
+// ApprovalRoundID names the round-th request for the same call (round 1 is
+// ApprovalID): a call asks again when an edit needs another group, or when
+// its approvers so far do not cover every group it needs.
+func ApprovalRoundID(runID string, step, index, round int) string {
+	if round <= 1 {
+		return ApprovalID(runID, step, index)
+	}
+	return fmt.Sprintf("%s.%d", ApprovalID(runID, step, index), round)
+}
+
+// ParseApprovalID is the inverse of ApprovalID and ApprovalRoundID (the
+// round is dropped).
 func ParseApprovalID(id string) (runID string, step, index int, err error) {
 	rest, ok := strings.CutPrefix(id, "apr_")
 	if !ok {
 		return "", 0, 0, fmt.Errorf("bad approval id %q", id)
+	}
+	if i := strings.LastIndexByte(rest, '.'); i > strings.LastIndexByte(rest, '_') {
+		round, err := strconv.Atoi(rest[i+1:])
+		if err != nil || round < 2 || rest[i+1:] != strconv.Itoa(round) {
+			return "", 0, 0, fmt.Errorf("bad approval id %q", id)
+		}
+		rest = rest[:i]
 	}
 	i := strings.LastIndexByte(rest, '_')
 	if i < 0 {
@@ -483,6 +544,17 @@ type ApprovalRequested struct {
 	ExpiresAt   time.Time `json:"expires_at"`
 	Description string    `json:"description"`
 	Rule        string    `json:"rule,omitempty"`
+	// Groups are every group the call needs (Group is the one asked now).
+	Groups []string `json:"groups,omitempty"`
+	// Warnings caution the approver in plain words (see ApprovalNeed).
+	Warnings []string `json:"warnings,omitempty"`
+	// Round counts the requests for this call (1 for the first; omitted).
+	Round int `json:"round,omitempty"`
+	// Previous is the request this one follows, and Why says why another
+	// request was needed (an edit that needs another group, a group not
+	// yet covered).
+	Previous string `json:"previous,omitempty"`
+	Why      string `json:"why,omitempty"`
 }
 
 // Approval outcomes.
@@ -500,8 +572,18 @@ type ApprovalDecided struct {
 	Decider    string  `json:"decider,omitempty"`
 	Comment    string  `json:"comment,omitempty"`
 	EditedArgs *string `json:"edited_args,omitempty"` // canonical JSON
-	// Recheck is the broker's decision on edited arguments.
+	// PreviousArgs are the arguments the approver saw, canonical JSON,
+	// recorded with an edit so the trace shows old beside new.
+	PreviousArgs *string `json:"previous_args,omitempty"`
+	// Recheck is the broker's decision on edited arguments: every control
+	// again, as a new call.
 	Recheck *Decision `json:"recheck,omitempty"`
+	// Checked is set when the loop checked the decider itself (logs
+	// before it trusted the API's check of the request's group).
+	Checked bool `json:"checked,omitempty"`
+	// Covers are the groups, of those the call needs, that the decider
+	// belongs to (none when the decider started the run).
+	Covers []string `json:"covers,omitempty"`
 }
 
 // Budget records which bound was reached.

@@ -91,6 +91,12 @@ func (t *Transcript) Add(ev *store.Event) error {
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return err
 		}
+		if p.Reason == NoteApproval {
+			// Written after one call's result while the step may have more:
+			// held, like a message, so no text lands between the results.
+			t.held = append(t.held, heldMessage{ev.Seq, p.Text})
+			return nil
+		}
 		t.userPart(model.Part{Type: model.PartText, Text: p.Text})
 	case EvSignal:
 		var p Signal

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -34,7 +35,24 @@ func (c *command) approvals(args []string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.Request.ApprovalID, a.Request.Group, a.Request.Requester,
 			a.Request.ExpiresAt.Format(time.RFC3339), clean(a.Request.Description, 160))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range pend {
+		approvalNotes(c.out, a.Request.ApprovalID, a.Request.Why, a.Request.Warnings)
+	}
+	return nil
+}
+
+// approvalNotes prints, under the table, why a request was made again and
+// the warnings an approver must read before deciding.
+func approvalNotes(w io.Writer, id, why string, warnings []string) {
+	if why != "" {
+		fmt.Fprintf(w, "%s: asked again: %s\n", id, clean(why, 300))
+	}
+	for _, x := range warnings {
+		fmt.Fprintf(w, "%s: WARNING: %s\n", id, clean(x, 400))
+	}
 }
 
 // decide implements approve, reject and edit.

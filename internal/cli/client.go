@@ -308,7 +308,13 @@ func (c *command) remoteApprovals(cl *apiclient.Client, args []string) error {
 	for _, a := range aps {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Group, a.Requester, a.ExpiresAt.Format(time.RFC3339), clean(a.Description, 160))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range aps {
+		approvalNotes(c.out, a.ID, a.Why, a.Warnings)
+	}
+	return nil
 }
 
 func (c *command) remoteDecide(cl *apiclient.Client, decision string, args []string) error {

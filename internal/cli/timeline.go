@@ -195,11 +195,27 @@ func (t *timeline) event(ev *store.Event) {
 	case trace.EvTaint:
 		var p trace.Taint
 		_ = json.Unmarshal(ev.Payload, &p)
-		fmt.Fprintf(w, "    taint  the run has read untrusted content (from %s); policies now see run.tainted\n", p.Tool)
+		from := p.Tool
+		switch {
+		case p.Detail != "":
+			from = p.Detail
+		case p.Source != "" && p.Tool == "":
+			from = p.Source
+		}
+		fmt.Fprintf(w, "    taint  the run has read untrusted content (%s: %s); policies now see run.tainted\n", clean(orDefault(p.Source, trace.TaintToolOutput), 30), clean(from, 200))
 	case trace.EvApprovalReq:
 		var p trace.ApprovalRequested
 		_ = json.Unmarshal(ev.Payload, &p)
 		fmt.Fprintf(w, "    approval requested %s from group %s (expires %s)\n", p.ApprovalID, p.Group, p.ExpiresAt.Format("2006-01-02 15:04 MST"))
+		if len(p.Groups) > 1 {
+			fmt.Fprintf(w, "      the call needs every one of the groups %s\n", clean(strings.Join(p.Groups, ", "), 200))
+		}
+		if p.Why != "" {
+			fmt.Fprintf(w, "      asked again (after %s): %s\n", clean(p.Previous, 80), clean(p.Why, 300))
+		}
+		for _, x := range p.Warnings {
+			fmt.Fprintf(w, "      WARNING for the approver: %s\n", clean(x, 400))
+		}
 	case trace.EvApprovalDec:
 		var p trace.ApprovalDecided
 		_ = json.Unmarshal(ev.Payload, &p)
@@ -212,14 +228,21 @@ func (t *timeline) event(ev *store.Event) {
 		}
 		fmt.Fprintln(w)
 		if p.EditedArgs != nil {
-			fmt.Fprintf(w, "             edited arguments %s\n", clean(*p.EditedArgs, 400))
-		}
-		if d := p.Recheck; d != nil {
-			verdict := "allowed"
-			if !d.Allowed {
-				verdict = "DENIED by " + d.Control
+			if p.PreviousArgs != nil {
+				fmt.Fprintf(w, "      edit: %s\n", clean(trace.EditSummary([]byte(*p.PreviousArgs), []byte(*p.EditedArgs)), 400))
+				fmt.Fprintf(w, "      old arguments %s\n", clean(*p.PreviousArgs, 300))
 			}
-			fmt.Fprintf(w, "             re-checked: %s (%s)\n", verdict, clean(d.Reason, 160))
+			fmt.Fprintf(w, "      new arguments %s\n", clean(*p.EditedArgs, 300))
+		}
+		if r := p.Recheck; r != nil {
+			switch {
+			case r.Allowed:
+				fmt.Fprintf(w, "      decided again: allowed\n")
+			case r.Approval != nil:
+				fmt.Fprintf(w, "      decided again: needs approval (%s); covered by the editor: %s\n", clean(r.Rule, 120), clean(orDefault(strings.Join(p.Covers, ", "), "none"), 120))
+			default:
+				fmt.Fprintf(w, "      decided again: refused by %s: %s\n", clean(r.Control, 30), clean(r.Reason, 300))
+			}
 		}
 	case trace.EvCompaction:
 		var p trace.Compaction
@@ -320,4 +343,12 @@ func toJSONEvent(ev *store.Event) jsonEvent {
 	return jsonEvent{RunID: ev.RunID, Seq: ev.Seq, Type: ev.Type, Step: ev.Step,
 		At: ev.At.Format("2006-01-02T15:04:05.000000Z07:00"), Payload: json.RawMessage(ev.Payload),
 		PrevHash: hex.EncodeToString(ev.PrevHash[:]), Hash: hex.EncodeToString(ev.Hash[:])}
+}
+
+// orDefault is s, or def when s is empty.
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

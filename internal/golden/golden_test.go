@@ -56,8 +56,8 @@ var expected = map[string]expectation{
 		status: store.StatusCompleted,
 		trace: []string{
 			"approval apr_run_golden_edited_4_0 edited by meera@example-bank.in: reason reworded for the statement",
-			`edited arguments {"amount_inr":12499,"customer_id":"c_88213","reason":"Supervisor-edited: duplicate of txn_1001, PNR K7QX2M","transaction_id":"txn_1002"}`,
-			"re-checked: allowed (edited and approved by meera@example-bank.in)",
+			`new arguments {"amount_inr":12499,"customer_id":"c_88213","reason":"Supervisor-edited: duplicate of txn_1001, PNR K7QX2M","transaction_id":"txn_1002"}`,
+			"decided again: allowed",
 			"approval apr_run_golden_edited_6_0 approved by meera@example-bank.in",
 			"end     completed",
 		},

@@ -167,8 +167,8 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		ender = runEnder{p.Sandboxes.Manager}
 	}
 	p.Loop, err = loop.New(loop.Options{Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
-		OnDelta: p.Deltas.publish,
-		Source:  st, ReplaySpec: p.replaySpec, Logger: o.Logger})
+		OnDelta: p.Deltas.publish, Approvers: p.Directory,
+		Source: st, ReplaySpec: p.replaySpec, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
