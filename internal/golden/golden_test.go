@@ -47,7 +47,7 @@ var expected = map[string]expectation{
 			"approval apr_run_golden_approvals_4_0 approved by meera@example-bank.in: duplicate charge confirmed against the statement",
 			"[waits for approval by card-ops-agents]",
 			"approval apr_run_golden_approvals_6_0 approved by meera@example-bank.in",
-			"taint  the run has read untrusted content (from get_ticket)",
+			"taint  the run has read untrusted content (tool_output: get_ticket)",
 			"end     completed",
 		},
 		events: map[string]int{trace.EvApprovalReq: 2, trace.EvApprovalDec: 2, trace.EvModelCall: 7},
