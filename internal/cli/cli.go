@@ -51,6 +51,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.bankCmd(rest)
 	case "users":
 		err = c.users(rest)
+	case "tenants":
+		err = c.tenants(rest)
 	case "models":
 		err = c.models(rest)
 	case "replay":
@@ -175,7 +177,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 
 // usageLines are the synopses -h prints above the flags.
 var usageLines = map[string]string{
-	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION",
+	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION | retire NAME@VERSION",
 	"apikey":       "agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | list [--tenant T] | revoke ID",
 	"approvals":    "agentplane approvals [--tenant T]",
 	"approve":      "agentplane approve APPROVAL_ID --as USER [--comment TEXT]",
@@ -188,9 +190,10 @@ var usageLines = map[string]string{
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
 	"replay":       "agentplane replay RUN --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]",
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
-	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json] [--detach]",
+	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--json]",
 	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE]",
+	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"trace":        "agentplane trace [verify] RUN|last [--full] [--json]",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
