@@ -334,7 +334,7 @@ func (r *Registry) SetAlias(ctx context.Context, name, alias string, version int
 	for _, v := range []struct {
 		what    string
 		version int
-	}{{"", version}, {"canary ", canaryVersion}} {
+	}{{"", version}, {"canary: ", canaryVersion}} {
 		if v.version == 0 && v.what != "" {
 			continue
 		}
@@ -343,7 +343,7 @@ func (r *Registry) SetAlias(ctx context.Context, name, alias string, version int
 			return fmt.Errorf("alias %q: %s%w", alias, v.what, err)
 		}
 		if !sv.RetiredAt.IsZero() {
-			return fmt.Errorf("alias %q: %sversion %d is retired (at %s): %w; point the alias at a live version",
+			return fmt.Errorf("alias %q: %sversion %d was retired at %s: %w; point the alias at a live version",
 				alias, v.what, v.version, sv.RetiredAt.UTC().Format(time.RFC3339), ErrRetired)
 		}
 	}

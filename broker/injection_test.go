@@ -88,10 +88,8 @@ type scenario struct {
 	MerchantRecord string       `yaml:"merchant_record"`
 	Turns          []sceneTurn  `yaml:"turns"`
 	Approvals      []sceneAct   `yaml:"approvals"`
-	// Pin, when set, has the fooled caller start the run on an old
-	// version (see injection_render_test.go).
-	Pin    *scenePin    `yaml:"pin"`
-	Expect sceneExpects `yaml:"expect"`
+	Pin            *scenePin    `yaml:"pin"` // an old version the fooled caller starts on (injection_render_test.go)
+	Expect         sceneExpects `yaml:"expect"`
 }
 
 type inboxMail struct {
