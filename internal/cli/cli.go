@@ -188,7 +188,7 @@ var usageLines = map[string]string{
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
-	"replay":       "agentplane replay RUN --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]",
+	"replay":       "agentplane replay RUN --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON] [--admin]",
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--json]",

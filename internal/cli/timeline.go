@@ -42,9 +42,6 @@ var strict = &render.Policy{}
 // spaces, and cut to n runes.
 func clean(s string, n int) string { return (&timeline{pol: strict}).clean(s, n) }
 
-// cleanLines is clean but keeps newlines (for prompts printed in full).
-func cleanLines(s string, n int) string { return (&timeline{pol: strict}).cleanLines(s, n) }
-
 func sanitize(s string, n int, keepNL bool) string {
 	var b strings.Builder
 	count := 0
