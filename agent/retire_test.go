@@ -60,9 +60,8 @@ func TestClass10RetiredVersions(t *testing.T) {
 		t.Errorf("Resolve(@1, IncludeRetired) = v%d, %v", v, err)
 	}
 
-	// Retiring the highest version: latest and the bare name (no prod
-	// alias on another agent would fall back to latest) are refused, and a
-	// canary share landing on a retired version is refused too.
+	// Retiring the highest version: latest is refused, so are prod and the
+	// bare name (both lead to it), and a canary share landing on it.
 	if _, err := f.reg.Retire(ctx, name, 3); err != nil {
 		t.Fatal(err)
 	}

@@ -280,10 +280,12 @@ func handleListRuns(s *Server, w http.ResponseWriter, r *http.Request, p *Princi
 		s.fail(w, r, err)
 		return
 	}
-	pol, err := s.renderPolicy(r.Context(), p)
-	if err != nil {
-		s.fail(w, r, err)
-		return
+	var pol *render.Policy
+	if safe {
+		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	out := RunList{Runs: make([]Run, 0, len(rs))}
 	for _, run := range rs {

@@ -163,6 +163,11 @@ func (c *command) remoteRuns(cl *apiclient.Client, args []string) error {
 		return err
 	}
 	if *asJSON {
+		// Outputs are shown neutralised, as everywhere in the CLI.
+		pol := c.remotePolicy(cl)
+		for i := range rs {
+			rs[i].Output, _ = pol.Text(rs[i].Output)
+		}
 		return json.NewEncoder(c.out).Encode(rs)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
