@@ -511,22 +511,99 @@ func (st *state) tag(m string) string {
 	return "⟦html " + sm[1] + name + " removed⟧"
 }
 
-// reBare matches URLs a renderer or terminal would turn into links.
-var reBare = regexp.MustCompile(`(?i)(?:https?|ftp|wss?|file)://[^\s<>"'\x60⟦⟧]+|\bwww\.[^\s<>"'\x60⟦⟧]+|(?:^|[\s(])//[A-Za-z0-9-]+\.[^\s<>"'\x60⟦⟧]+`)
+// urlEnd reports the characters that end a bare URL.
+func urlEnd(r rune) bool {
+	return unicode.IsSpace(r) || strings.ContainsRune("<>\"'`⟦⟧", r)
+}
 
-// bareURLs makes bare URLs to domains not to follow inert.
+// bareURLs makes bare URLs to domains not to follow inert: what a
+// renderer or terminal would turn into a link, with a scheme
+// (https://...), protocol-relative (//host/...) or www.-prefixed. It scans
+// for "//" and "www." rather than running a regular expression, to stay
+// linear and cheap on long answers.
 func (st *state) bareURLs(s string) string {
-	return reBare.ReplaceAllStringFunc(s, func(m string) string {
-		lead := ""
-		if strings.HasPrefix(strings.TrimLeft(m, " \t\n\r("), "//") {
-			i := strings.Index(m, "//")
-			lead, m = m[:i], m[i:]
+	lower := strings.ToLower(s) // same byte offsets: ToLower keeps ASCII in place, and only ASCII is searched
+	if len(lower) != len(s) {
+		lower = asciiLower(s)
+	}
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); {
+		start, ok := -1, false
+		switch {
+		case strings.HasPrefix(s[i:], "//"):
+			start, ok = i, true
+			for start > last && start > i-17 && isSchemeByte(s[start-1]) {
+				start--
+			}
+			if start < i && (s[i-1] != ':' || !isLetter(s[start])) {
+				// "//" without a scheme before it, or a malformed one: the
+				// URL is protocol-relative from "//".
+				start = i
+			}
+		case strings.HasPrefix(lower[i:], "www.") && (i == 0 || !isWordByte(s[i-1])):
+			start, ok = i, true
 		}
+		if !ok {
+			i++
+			continue
+		}
+		end := i + 2
+		for end < len(s) {
+			r, n := utf8.DecodeRuneInString(s[end:])
+			if urlEnd(r) {
+				break
+			}
+			end += n
+		}
+		// As autolinkers do, trailing punctuation and an unbalanced ")"
+		// end the text around the URL, not the URL.
+		for end > i+2 {
+			c := s[end-1]
+			if strings.IndexByte(".,;:!?*_~", c) >= 0 || c == ')' && strings.Count(s[start:end], ")") > strings.Count(s[start:end], "(") {
+				end--
+				continue
+			}
+			break
+		}
+		m := s[start:end]
+		if host, _, _ := strings.Cut(s[i+2:end], "/"); end-i <= 2 || m == "www." ||
+			start == i && !strings.HasPrefix(m, "www.") && !strings.Contains(host, ".") {
+			// Nothing after "//", or "//TODO": a protocol-relative URL
+			// names a host with a dot (nothing else leaves the machine).
+			i = end
+			continue
+		}
+		b.WriteString(s[last:start])
 		if t := st.p.inspect(m); !t.follow {
-			return lead + st.inertLink(t)
+			b.WriteString(st.inertLink(t))
+		} else {
+			b.WriteString(m)
 		}
-		return lead + m
-	})
+		last, i = end, end
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func isLetter(c byte) bool   { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+func isWordByte(c byte) bool { return isLetter(c) || c >= '0' && c <= '9' || c == '_' }
+func isSchemeByte(c byte) bool {
+	return isWordByte(c) && c != '_' || c == '+' || c == '.' || c == '-' || c == ':'
+}
+
+// asciiLower lowers ASCII letters only, keeping every byte offset.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // bidi reports the bidirectional controls.

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -225,6 +226,9 @@ func TestJSONKeepsStructure(t *testing.T) {
 	}
 }
 
+// reLiveTag is an HTML image or frame a browser would load.
+var reLiveTag = regexp.MustCompile(`(?i)<(img|iframe|image|video|audio|source|embed|object)[\s/>]`)
+
 func FuzzText(f *testing.F) {
 	f.Add("![a](https://evil.example/x) [b](//evil.example) <img src=x> \u202e")
 	p, _ := NewPolicy([]string{"bank.example"})
@@ -238,7 +242,7 @@ func FuzzText(f *testing.F) {
 				t.Fatalf("bidi control %U survived: %q", r, out)
 			}
 		}
-		if low := strings.ToLower(out); strings.Contains(low, "<img") || strings.Contains(low, "<iframe") {
+		if reLiveTag.MatchString(out) {
 			t.Fatalf("an HTML image or frame survived: %q -> %q", s, out)
 		}
 	})
@@ -252,5 +256,36 @@ func TestUnclosedBracketsStayLinear(t *testing.T) {
 	out, flags := p.Text(in)
 	if strings.Contains(out, "https://evil") || strings.Contains(out, "(//evil") || !flags[FlagUnlistedLink] {
 		t.Fatalf("tail = %q, flags %v", out[len(out)-120:], flags.Names())
+	}
+}
+
+// BenchmarkText neutralises a 64 KiB answer of prose with links, images
+// and code, the size of a long final answer.
+func BenchmarkText(b *testing.B) {
+	p, _ := NewPolicy([]string{"bank.example"})
+	para := "The duplicate charge of 12,499 INR [was refunded](https://bank.example/r/1); see ![chart](https://evil.example/c.png?d=1) and `code [x]` <b>bold</b>.\n"
+	s := strings.Repeat(para, 64<<10/len(para))
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		p.Text(s)
+	}
+}
+
+func TestBareURLForms(t *testing.T) {
+	p := policy(t, "bank.example")
+	for in, want := range map[string]string{
+		"x HTTPS://Evil.Example/a?d=1 y":          "x ⟦link removed: evil.example⟧ y",
+		"ftp://evil.example/f":                    "⟦link removed: ftp: evil.example⟧",
+		"see WWW.evil.example/q and www.":         "see ⟦link removed: evil.example⟧ and www.",
+		"(//evil.example/z)":                      "(⟦link removed: evil.example⟧)",
+		"a //TODO and // comment and 1//2":        "a //TODO and // comment and 1//2",
+		"https://docs.bank.example/x ok":          "https://docs.bank.example/x ok",
+		"xhttps://evil.example/":                  "⟦link removed: xhttps: evil.example⟧",
+		"https://bank.example.evil.example/?d=1":  "⟦link removed: evil.example⟧",
+		"e-mail ops@bank.example, no URL at all.": "e-mail ops@bank.example, no URL at all.",
+	} {
+		if got, _ := p.Text(in); got != want {
+			t.Errorf("Text(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
