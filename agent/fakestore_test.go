@@ -5,6 +5,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/agentplane/agentplane/store"
 )
@@ -104,3 +105,17 @@ func (s *memStore) ListAliases(_ context.Context, agent string) ([]*store.Alias,
 }
 
 var _ store.AgentStore = (*memStore)(nil)
+
+func (s *memStore) RetireAgentVersion(_ context.Context, name string, version int, at time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.versions[name][version]
+	if !ok {
+		return store.ErrNotFound
+	}
+	if v.RetiredAt.IsZero() {
+		v.RetiredAt = at
+		s.versions[name][version] = v
+	}
+	return nil
+}

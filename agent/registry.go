@@ -142,36 +142,66 @@ func (r *Registry) bind(ctx context.Context, d *Definition) error {
 	return d.Bind(set)
 }
 
+// Errors of Resolve and SetAlias, wrapped with the reference they refuse.
+var (
+	// ErrRetired: the reference leads to a retired version.
+	ErrRetired = errors.New("agent version retired")
+	// ErrAliasRequired: the caller may start runs only through an alias.
+	ErrAliasRequired = errors.New("runs must start through an alias")
+)
+
 // Get returns version version of agent name, bound to the current tools.
-// A missing version is an error wrapping store.ErrNotFound.
+// A missing version is an error wrapping store.ErrNotFound. Get serves
+// retired versions too: a run pinned to a version before it was retired
+// loads it on every resume and finishes on it.
 func (r *Registry) Get(ctx context.Context, name string, version int) (*Definition, error) {
+	d, _, err := r.get(ctx, name, version)
+	return d, err
+}
+
+func (r *Registry) get(ctx context.Context, name string, version int) (*Definition, *store.AgentVersion, error) {
 	v, err := r.store.GetAgentVersion(ctx, name, version)
 	if err != nil {
-		return nil, fmt.Errorf("agent %q version %d: %w", name, version, err)
+		return nil, nil, fmt.Errorf("agent %q version %d: %w", name, version, err)
 	}
 	if sha256.Sum256(v.Spec) != v.SpecHash {
-		return nil, fmt.Errorf("agent %q version %d: stored definition does not match its hash", name, version)
+		return nil, nil, fmt.Errorf("agent %q version %d: stored definition does not match its hash", name, version)
 	}
 	d, err := DefinitionFromJSON(v.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("agent %q version %d: stored definition is invalid: %w", name, version, err)
+		return nil, nil, fmt.Errorf("agent %q version %d: stored definition is invalid: %w", name, version, err)
 	}
 	if d.Agent != name || d.Version != version {
-		return nil, fmt.Errorf("agent %q version %d: stored definition is %q version %d", name, version, d.Agent, d.Version)
+		return nil, nil, fmt.Errorf("agent %q version %d: stored definition is %q version %d", name, version, d.Agent, d.Version)
 	}
 	if err := r.bind(ctx, d); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return d, nil
+	return d, v, nil
+}
+
+// ResolveOptions narrow what Resolve accepts. The zero value is what a
+// new run of a caller without restrictions may name.
+type ResolveOptions struct {
+	// AliasOnly accepts only aliases: name@ALIAS other than latest, or a
+	// bare name while its prod alias is set. A version number, latest,
+	// and a bare name without a prod alias fail with ErrAliasRequired.
+	AliasOnly bool
+	// IncludeRetired resolves retired versions too. Only for looking a
+	// version up (an eval judging it in a simulated world), never for a
+	// run that acts.
+	IncludeRetired bool
 }
 
 // Resolve finds the definition a new run should use. ref is "name",
 // "name@7" (a version) or "name@prod" (an alias); a bare name means the
-// prod alias if set, else the latest version. When the alias has a canary,
-// CanaryPercent of runs go to CanaryVersion, chosen by a hash of runID, so
-// the same run always resolves the same way. Resolve returns the
-// definition and its version.
-func (r *Registry) Resolve(ctx context.Context, ref, runID string) (*Definition, int, error) {
+// prod alias if set, else the latest version (with o.AliasOnly, only the
+// prod alias). When the alias has a canary, CanaryPercent of runs go to
+// CanaryVersion, chosen by a hash of runID, so the same run always
+// resolves the same way. A retired version is refused (ErrRetired)
+// whichever reference leads to it, unless o.IncludeRetired. Resolve
+// returns the definition and its version.
+func (r *Registry) Resolve(ctx context.Context, ref, runID string, o ResolveOptions) (*Definition, int, error) {
 	name, sel, hasSel := strings.Cut(ref, "@")
 	if !reAgentName.MatchString(name) || hasSel && sel == "" {
 		return nil, 0, fmt.Errorf("agent reference %q: want name, name@VERSION or name@ALIAS", ref)
@@ -180,23 +210,33 @@ func (r *Registry) Resolve(ctx context.Context, ref, runID string) (*Definition,
 		if n < 1 {
 			return nil, 0, fmt.Errorf("agent reference %q: versions start at 1", ref)
 		}
-		d, err := r.Get(ctx, name, n)
-		return d, n, err
+		if o.AliasOnly {
+			return nil, 0, fmt.Errorf("agent reference %q: %w: this tenant starts runs by alias (for example %s@%s), not by version number",
+				ref, ErrAliasRequired, name, AliasProd)
+		}
+		return r.pick(ctx, ref, name, n, o)
 	}
 	alias := sel
 	if !hasSel {
 		alias = AliasProd
 	}
 	if alias == AliasLatest {
-		return r.resolveLatest(ctx, name)
+		if o.AliasOnly {
+			return nil, 0, fmt.Errorf("agent reference %q: %w: this tenant starts runs by alias (for example %s@%s), not by latest",
+				ref, ErrAliasRequired, name, AliasProd)
+		}
+		return r.resolveLatest(ctx, ref, name, o)
 	}
 	if !reAlias.MatchString(alias) {
 		return nil, 0, fmt.Errorf("agent reference %q: invalid alias %q", ref, alias)
 	}
 	a, err := r.store.GetAlias(ctx, name, alias)
 	switch {
+	case errors.Is(err, store.ErrNotFound) && !hasSel && o.AliasOnly:
+		return nil, 0, fmt.Errorf("agent reference %q: %w: the agent has no %s alias, and this tenant never falls back to the latest version",
+			ref, ErrAliasRequired, AliasProd)
 	case errors.Is(err, store.ErrNotFound) && !hasSel:
-		return r.resolveLatest(ctx, name)
+		return r.resolveLatest(ctx, ref, name, o)
 	case errors.Is(err, store.ErrNotFound):
 		return nil, 0, r.unknownAlias(ctx, name, alias)
 	case err != nil:
@@ -206,8 +246,7 @@ func (r *Registry) Resolve(ctx context.Context, ref, runID string) (*Definition,
 	if a.CanaryPercent > 0 && a.CanaryVersion > 0 && CanaryBucket(runID) < a.CanaryPercent {
 		version = a.CanaryVersion
 	}
-	d, err := r.Get(ctx, name, version)
-	return d, version, err
+	return r.pick(ctx, name+"@"+alias, name, version, o)
 }
 
 // UnknownAliasError says that an agent exists but has no such alias, and
@@ -246,13 +285,58 @@ func (r *Registry) unknownAlias(ctx context.Context, name, alias string) error {
 	return e
 }
 
-func (r *Registry) resolveLatest(ctx context.Context, name string) (*Definition, int, error) {
+// pick loads the version ref led to, refusing a retired one.
+func (r *Registry) pick(ctx context.Context, ref, name string, version int, o ResolveOptions) (*Definition, int, error) {
+	d, v, err := r.get(ctx, name, version)
+	if err != nil {
+		return nil, 0, err
+	}
+	if !v.RetiredAt.IsZero() && !o.IncludeRetired {
+		how := fmt.Sprintf("agent reference %q leads to version %d", ref, version)
+		if ref == fmt.Sprintf("%s@%d", name, version) {
+			how = fmt.Sprintf("agent %q version %d", name, version)
+		}
+		return nil, 0, fmt.Errorf("%s, which was retired at %s: %w; start runs on a live version (move the alias, or apply a new version)",
+			how, v.RetiredAt.UTC().Format(time.RFC3339), ErrRetired)
+	}
+	return d, version, nil
+}
+
+func (r *Registry) resolveLatest(ctx context.Context, ref, name string, o ResolveOptions) (*Definition, int, error) {
 	top, err := r.latestVersion(ctx, name)
 	if err != nil {
 		return nil, 0, err
 	}
-	d, err := r.Get(ctx, name, top)
-	return d, top, err
+	if ref == name {
+		ref = name + "@" + AliasLatest
+	}
+	return r.pick(ctx, ref, name, top, o)
+}
+
+// Retire retires version version of agent name: Resolve refuses it from
+// now on, by number and through every alias, and SetAlias refuses to
+// point an alias at it; runs already pinned to it finish on it. Retiring
+// cannot be undone (apply a new version instead). Retire returns the
+// aliases that still point at the version (or send it a canary share),
+// whose runs are refused until they move.
+func (r *Registry) Retire(ctx context.Context, name string, version int) (stillAliased []string, err error) {
+	if !reAgentName.MatchString(name) || version < 1 {
+		return nil, fmt.Errorf("retire: want NAME@VERSION, got %s@%d", name, version)
+	}
+	if err := r.store.RetireAgentVersion(ctx, name, version, r.now().UTC()); err != nil {
+		return nil, fmt.Errorf("retire agent %q version %d: %w", name, version, err)
+	}
+	as, err := r.store.ListAliases(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("agent %q: listing aliases: %w", name, err)
+	}
+	for _, a := range as {
+		if a.Version == version || a.CanaryPercent > 0 && a.CanaryVersion == version {
+			stillAliased = append(stillAliased, a.Alias)
+		}
+	}
+	sort.Strings(stillAliased)
+	return stillAliased, nil
 }
 
 // CanaryBucket places a run in one of 100 buckets (0..99) by a hash of its
@@ -264,7 +348,8 @@ func CanaryBucket(runID string) int {
 
 // SetAlias points alias of agent name at version, sending canaryPercent
 // percent of new runs to canaryVersion instead (0 and 0 for no canary).
-// Both versions must exist and still resolve their tools. The latest alias
+// Both versions must exist, be live (not retired: ErrRetired) and still
+// resolve their tools. The latest alias
 // is maintained by Apply and cannot be set.
 func (r *Registry) SetAlias(ctx context.Context, name, alias string, version int, canaryVersion, canaryPercent int) error {
 	switch {
@@ -283,12 +368,20 @@ func (r *Registry) SetAlias(ctx context.Context, name, alias string, version int
 	case canaryVersion != 0 && canaryVersion == version:
 		return fmt.Errorf("alias %q: the canary version is the alias's own version %d", alias, version)
 	}
-	if _, err := r.Get(ctx, name, version); err != nil {
-		return fmt.Errorf("alias %q: %w", alias, err)
-	}
-	if canaryVersion != 0 {
-		if _, err := r.Get(ctx, name, canaryVersion); err != nil {
-			return fmt.Errorf("alias %q: canary: %w", alias, err)
+	for _, v := range []struct {
+		what    string
+		version int
+	}{{"", version}, {"canary: ", canaryVersion}} {
+		if v.version == 0 && v.what != "" {
+			continue
+		}
+		_, sv, err := r.get(ctx, name, v.version)
+		if err != nil {
+			return fmt.Errorf("alias %q: %s%w", alias, v.what, err)
+		}
+		if !sv.RetiredAt.IsZero() {
+			return fmt.Errorf("alias %q: %sversion %d was retired at %s: %w; point the alias at a live version",
+				alias, v.what, v.version, sv.RetiredAt.UTC().Format(time.RFC3339), ErrRetired)
 		}
 	}
 	err := r.store.SetAlias(ctx, &store.Alias{
@@ -310,6 +403,8 @@ type Summary struct {
 	Name string
 	// Versions are the stored versions, ascending.
 	Versions []int
+	// Retired are the retired versions, ascending.
+	Retired []int
 	// Aliases are sorted by alias name, latest included.
 	Aliases []store.Alias
 }
@@ -328,10 +423,14 @@ func (r *Registry) List(ctx context.Context) ([]Summary, error) {
 			byName[v.Name] = s
 		}
 		s.Versions = append(s.Versions, v.Version)
+		if !v.RetiredAt.IsZero() {
+			s.Retired = append(s.Retired, v.Version)
+		}
 	}
 	out := make([]Summary, 0, len(byName))
 	for _, s := range byName {
 		sort.Ints(s.Versions)
+		sort.Ints(s.Retired)
 		as, err := r.store.ListAliases(ctx, s.Name)
 		if err != nil {
 			return nil, fmt.Errorf("agent %q: listing aliases: %w", s.Name, err)

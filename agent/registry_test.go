@@ -110,7 +110,7 @@ func TestLatestAlias(t *testing.T) {
 	if err != nil || a.Version != 5 {
 		t.Fatalf("latest = %+v, %v; want version 5", a, err)
 	}
-	_, v, err := f.reg.Resolve(ctx, "card-dispute-assistant", "run-1")
+	_, v, err := f.reg.Resolve(ctx, "card-dispute-assistant", "run-1", ResolveOptions{})
 	if err != nil || v != 5 {
 		t.Errorf("bare name without prod = v%d, %v; want latest 5", v, err)
 	}
@@ -165,7 +165,7 @@ func TestResolve(t *testing.T) {
 		{"card-dispute-assistant@6", 6},
 	}
 	for _, tt := range tests {
-		d, v, err := f.reg.Resolve(ctx, tt.ref, "run-1")
+		d, v, err := f.reg.Resolve(ctx, tt.ref, "run-1", ResolveOptions{})
 		if err != nil || v != tt.want || d.Version != tt.want {
 			t.Errorf("Resolve(%q) = v%d, %v; want v%d", tt.ref, v, err, tt.want)
 			continue
@@ -179,12 +179,12 @@ func TestResolve(t *testing.T) {
 		"card-dispute-assistant@canary": store.ErrNotFound,
 		"unknown-agent":                 store.ErrNotFound,
 	} {
-		if _, _, err := f.reg.Resolve(ctx, ref, "run-1"); !errors.Is(err, want) {
+		if _, _, err := f.reg.Resolve(ctx, ref, "run-1", ResolveOptions{}); !errors.Is(err, want) {
 			t.Errorf("Resolve(%q) = %v, want %v", ref, err, want)
 		}
 	}
 	for _, ref := range []string{"", "@7", "card-dispute-assistant@", "Card@7", "card-dispute-assistant@0", "card-dispute-assistant@Prod!"} {
-		if _, _, err := f.reg.Resolve(ctx, ref, "run-1"); err == nil {
+		if _, _, err := f.reg.Resolve(ctx, ref, "run-1", ResolveOptions{}); err == nil {
 			t.Errorf("Resolve(%q) accepted", ref)
 		}
 	}
@@ -202,7 +202,7 @@ func TestCanary(t *testing.T) {
 	canary := 0
 	for i := range 2000 {
 		runID := fmt.Sprintf("run-%d", i)
-		_, v, err := f.reg.Resolve(ctx, name, runID)
+		_, v, err := f.reg.Resolve(ctx, name, runID, ResolveOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestCanary(t *testing.T) {
 		if v != want {
 			t.Fatalf("run %s resolved to v%d, want v%d", runID, v, want)
 		}
-		if _, again, _ := f.reg.Resolve(ctx, name, runID); again != v {
+		if _, again, _ := f.reg.Resolve(ctx, name, runID, ResolveOptions{}); again != v {
 			t.Fatalf("run %s resolved to v%d then v%d", runID, v, again)
 		}
 		if v == 8 {
@@ -226,7 +226,7 @@ func TestCanary(t *testing.T) {
 	if err := f.reg.SetAlias(ctx, name, AliasProd, 7, 8, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, v, _ := f.reg.Resolve(ctx, name, "any-run"); v != 8 {
+	if _, v, _ := f.reg.Resolve(ctx, name, "any-run", ResolveOptions{}); v != 8 {
 		t.Errorf("100%% canary resolved to v%d", v)
 	}
 }

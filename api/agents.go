@@ -114,10 +114,13 @@ func (s *Server) visibleAgent(ctx context.Context, p *Principal, name string) (*
 		return nil, errAgentNotFound
 	}
 	_, ownErr := s.st.AgentOwner(ctx, name)
-	a := &Agent{Name: name, Platform: errors.Is(ownErr, store.ErrNotFound), Versions: []int{}, Aliases: []Alias{}}
+	a := &Agent{Name: name, Platform: errors.Is(ownErr, store.ErrNotFound), Versions: []int{}, Retired: []int{}, Aliases: []Alias{}}
 	for _, v := range vs {
 		if v.Name == name {
 			a.Versions = append(a.Versions, v.Version)
+			if !v.RetiredAt.IsZero() {
+				a.Retired = append(a.Retired, v.Version)
+			}
 		}
 	}
 	als, err := s.st.ListAliases(ctx, name)
@@ -180,8 +183,9 @@ func handleGetAgentVersion(s *Server, w http.ResponseWriter, r *http.Request, p 
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, AgentVersion{Agent: name, Version: v.Version, SpecHash: hex.EncodeToString(v.SpecHash[:]),
-		CreatedAt: v.CreatedAt, Definition: json.RawMessage(v.Spec)})
+	out := toAgentVersion(v)
+	out.Definition = json.RawMessage(v.Spec)
+	writeJSON(w, http.StatusOK, out)
 }
 
 func handleSetAlias(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
@@ -200,6 +204,10 @@ func handleSetAlias(s *Server, w http.ResponseWriter, r *http.Request, p *Princi
 		cv, cp = req.Canary.Version, req.Canary.Percent
 	}
 	if err := s.p.Registry.SetAlias(r.Context(), name, alias, req.Version, cv, cp); err != nil {
+		if ve := versionError(err); ve != nil {
+			s.fail(w, r, ve)
+			return
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			s.fail(w, r, notFound("agent version"))
 			return

@@ -32,10 +32,17 @@ const (
 	ScopeAgentsRead  = "agents:read"
 	ScopeAgentsWrite = "agents:write"
 	ScopeWebhooks    = "webhooks:manage"
+	// ScopeAdmin administers the tenant: its settings, and starting runs
+	// by version number when the tenant requires aliases.
+	ScopeAdmin = "tenant:admin"
 )
 
 // AllScopes lists every scope.
-var AllScopes = []string{ScopeRunsRead, ScopeRunsWrite, ScopeApprovals, ScopeAgentsRead, ScopeAgentsWrite, ScopeWebhooks}
+var AllScopes = []string{ScopeRunsRead, ScopeRunsWrite, ScopeApprovals, ScopeAgentsRead, ScopeAgentsWrite, ScopeWebhooks, ScopeAdmin}
+
+// DefaultScopes are what a key created without scopes holds: every scope
+// but tenant:admin, which is only ever granted by name.
+var DefaultScopes = []string{ScopeRunsRead, ScopeRunsWrite, ScopeApprovals, ScopeAgentsRead, ScopeAgentsWrite, ScopeWebhooks}
 
 func knownScope(s string) bool { return slices.Contains(AllScopes, s) }
 
@@ -67,13 +74,13 @@ func randomToken(n int) string {
 
 // NewAPIKey makes a key for user of tenant. It returns the token, which is
 // shown once, and the record to store, which holds only the secret's hash.
-// No scopes means every scope.
+// No scopes means DefaultScopes.
 func NewAPIKey(tenant, user, name string, scopes []string, now time.Time) (string, *store.APIKey, error) {
 	if tenant == "" || user == "" {
 		return "", nil, errors.New("api key: tenant and user are required")
 	}
 	if len(scopes) == 0 {
-		scopes = AllScopes
+		scopes = DefaultScopes
 	}
 	for _, s := range scopes {
 		if !knownScope(s) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
@@ -96,7 +97,7 @@ func measureFairness(t testing.TB) fairness {
 	// A's backlog goes straight into the store: queued runs exactly as
 	// POST /v1/runs makes them (that path is tested elsewhere), without
 	// resolving the agent 1,000 times.
-	d, version, err := f.p.Registry.Resolve(ctx, demoAgent, "")
+	d, version, err := f.p.Registry.Resolve(ctx, demoAgent, "", agent.ResolveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

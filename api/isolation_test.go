@@ -169,6 +169,12 @@ func TestTenantIsolation(t *testing.T) {
 			}
 		}},
 		"GET /v1/agents/{agent}/versions/{version}": {path: "/v1/agents/globex-bot/versions/1", asA: notFound},
+		"POST /v1/agents/{agent}/versions/{version}:retire": {path: "/v1/agents/globex-bot/versions/1:retire", asA: func(t *testing.T, r *response) {
+			notFound(t, r)
+			if v, _ := f.p.Store.GetAgentVersion(ctx, "globex-bot", 1); v == nil || !v.RetiredAt.IsZero() {
+				t.Fatalf("A retired B's agent version")
+			}
+		}},
 		"PUT /v1/agents/{agent}/aliases/{alias}": {path: "/v1/agents/globex-bot/aliases/prod", body: map[string]any{"version": 1}, asA: func(t *testing.T, r *response) {
 			notFound(t, r)
 			if _, err := f.p.Store.GetAlias(ctx, "globex-bot", "prod"); err == nil {
@@ -195,6 +201,17 @@ func TestTenantIsolation(t *testing.T) {
 			hides(t, f.do(priya, "GET", "/v1/webhook/deliveries", nil))
 		}},
 		"GET /v1/webhook/deliveries/{delivery_id}": {path: "/v1/webhook/deliveries/" + delivery, asA: notFound},
+		"PUT /v1/tenant/settings": {path: "/v1/tenant/settings", body: map[string]any{"link_domains": []string{"a.example"}, "require_alias": true},
+			asA: func(t *testing.T, r *response) {
+				// Settings are always the caller's own tenant's; without
+				// tenant:admin they cannot be changed at all.
+				if r.status != http.StatusForbidden {
+					t.Fatalf("settings without tenant:admin: %s, want 403", r)
+				}
+				if _, err := f.p.Store.GetTenantSettings(ctx, otherTenant); err == nil {
+					t.Fatalf("A's PUT stored settings for B")
+				}
+			}, control: http.StatusForbidden},
 		"GET /v1/tenant": {path: "/v1/tenant", asA: func(t *testing.T, r *response) {
 			hides(t, r)
 			var tn api.Tenant

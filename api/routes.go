@@ -28,6 +28,7 @@ func Routes() []Route {
 		{Method: "GET", Pattern: "/v1/agents/{agent}", Operation: "getAgent", Scope: ScopeAgentsRead, handle: handleGetAgent},
 		{Method: "POST", Pattern: "/v1/agents/{agent}/versions", Operation: "createAgentVersion", Scope: ScopeAgentsWrite, handle: handleCreateAgentVersion},
 		{Method: "GET", Pattern: "/v1/agents/{agent}/versions/{version}", Operation: "getAgentVersion", Scope: ScopeAgentsRead, handle: handleGetAgentVersion},
+		{Method: "POST", Pattern: "/v1/agents/{agent}/versions/{version}:retire", Operation: "retireAgentVersion", Scope: ScopeAgentsWrite, handle: handleRetireAgentVersion},
 		{Method: "PUT", Pattern: "/v1/agents/{agent}/aliases/{alias}", Operation: "setAlias", Scope: ScopeAgentsWrite, handle: handleSetAlias},
 
 		{Method: "GET", Pattern: "/v1/webhook", Operation: "getWebhook", Scope: ScopeWebhooks, handle: handleGetWebhook},
@@ -37,6 +38,7 @@ func Routes() []Route {
 		{Method: "GET", Pattern: "/v1/webhook/deliveries/{delivery_id}", Operation: "getDelivery", Scope: ScopeWebhooks, handle: handleGetDelivery},
 
 		{Method: "GET", Pattern: "/v1/tenant", Operation: "getTenant", Scope: ScopeRunsRead, handle: handleGetTenant},
+		{Method: "PUT", Pattern: "/v1/tenant/settings", Operation: "putTenantSettings", Scope: ScopeAdmin, handle: handlePutTenantSettings},
 	}
 }
 
@@ -62,7 +64,13 @@ func handleGetTenant(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 		s.fail(w, r, err)
 		return
 	}
+	ts, err := s.p.TenantSettings(r.Context(), p.Tenant)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, Tenant{Tenant: p.Tenant, User: p.User, Scopes: p.Scopes, Via: p.Via,
-		Limits: Limits{MaxConcurrentRuns: tc.MaxConcurrentRuns, DailyCost: tc.DailyCost, MonthlyCost: tc.MonthlyCost, Weight: tc.Weight},
-		Usage:  TenantUsage{OpenRuns: open, DailyCost: costs[0], MonthlyCost: costs[1]}})
+		Limits:   Limits{MaxConcurrentRuns: tc.MaxConcurrentRuns, DailyCost: tc.DailyCost, MonthlyCost: tc.MonthlyCost, Weight: tc.Weight},
+		Usage:    TenantUsage{OpenRuns: open, DailyCost: costs[0], MonthlyCost: costs[1]},
+		Settings: toTenantSettings(ts)})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -110,7 +111,7 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 		return
 	}
 	run, replayed, err := s.createRun(r.Context(), p, key, body, platform.StartRequest{Agent: ref, Task: task,
-		Tenant: p.Tenant, User: p.User, Mode: req.Mode, Bindings: req.Bindings})
+		Tenant: p.Tenant, User: p.User, Mode: req.Mode, Bindings: req.Bindings, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -190,6 +191,9 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		if errors.As(err, &ua) {
 			return nil, false, &httpError{http.StatusNotFound, "alias_not_found", ua.Error()}
 		}
+		if ve := versionError(err); ve != nil {
+			return nil, false, ve
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, notFound("agent")
 		}
@@ -234,13 +238,27 @@ func handleGetRun(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, err)
 		return
 	}
+	safe, err := renderSafe(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	pol, err := s.renderPolicy(r.Context(), p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	evs, err := s.st.Events(r.Context(), run.ID, 0, 0)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	out := toRun(run)
+	out.OutputFlags = outputFlags(pol, evs)
+	if safe {
+		out.Output, _ = pol.Text(out.Output)
+	}
 	if run.Status == store.StatusWaiting {
-		evs, err := s.st.Events(r.Context(), run.ID, 0, 0)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
 		for _, a := range approvalsIn(run, evs) {
 			if a.Status == "pending" {
 				out.PendingApprovals = append(out.PendingApprovals, a)
@@ -262,9 +280,25 @@ func handleListRuns(s *Server, w http.ResponseWriter, r *http.Request, p *Princi
 		s.fail(w, r, err)
 		return
 	}
+	safe, err := renderSafe(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var pol *render.Policy
+	if safe {
+		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	out := RunList{Runs: make([]Run, 0, len(rs))}
 	for _, run := range rs {
-		out.Runs = append(out.Runs, toRun(run))
+		x := toRun(run)
+		if safe {
+			x.Output, _ = pol.Text(x.Output)
+		}
+		out.Runs = append(out.Runs, x)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -293,7 +327,18 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, err)
 		return
 	}
+	safe, err := renderSafe(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		if safe {
+			// The stream carries the stored events as they are written; a
+			// client asking for safe text must not be handed raw text.
+			s.fail(w, r, badRequest("render=safe is not available on the event stream; read the events as JSON"))
+			return
+		}
 		switch {
 		case after > 0 && after >= run.LastSeq && store.Terminal(run.Status):
 			// The client has every event of a finished run: 204 tells a
@@ -311,6 +356,13 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, err)
 		return
 	}
+	var pol *render.Policy
+	if safe {
+		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	evs, err := s.st.Events(r.Context(), run.ID, after, limit)
 	if err != nil {
 		s.fail(w, r, err)
@@ -318,7 +370,14 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 	}
 	out := EventList{Events: make([]Event, 0, len(evs)), Status: run.Status}
 	for i := range evs {
-		out.Events = append(out.Events, toEvent(&evs[i]))
+		ev := toEvent(&evs[i])
+		if safe {
+			ev = safeEvent(pol, ev)
+		}
+		out.Events = append(out.Events, ev)
+	}
+	if safe {
+		out.Render = "safe"
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -436,8 +495,12 @@ func handleReplay(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		return
 	}
 	run, err := s.p.Replay(r.Context(), platform.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
-		ModelAlias: req.ModelAlias, Instructions: req.Instructions, Mode: req.Mode, Mocks: req.Mocks, Tenant: p.Tenant})
+		ModelAlias: req.ModelAlias, Instructions: req.Instructions, Mode: req.Mode, Mocks: req.Mocks, Tenant: p.Tenant, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
+		if ve := versionError(err); ve != nil {
+			s.fail(w, r, ve)
+			return
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			s.fail(w, r, notFound("run"))
 			return

@@ -18,6 +18,7 @@ type (
 	Tenant            = apiclient.Tenant
 	Limits            = apiclient.Limits
 	TenantUsage       = apiclient.TenantUsage
+	TenantSettings    = apiclient.TenantSettings
 	Run               = apiclient.Run
 	Usage             = apiclient.Usage
 	CreateRunRequest  = apiclient.CreateRunRequest

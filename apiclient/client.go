@@ -450,6 +450,17 @@ func (c *Client) SetAlias(ctx context.Context, name, alias string, req SetAliasR
 	return doJSON[Alias](ctx, c, "PUT", "/v1/agents/"+url.PathEscape(name)+"/aliases/"+url.PathEscape(alias), req)
 }
 
+// RetireAgentVersion retires a version: it starts no new run by any
+// reference; runs on it finish. The answer lists aliases still leading to it.
+func (c *Client) RetireAgentVersion(ctx context.Context, name string, version int) (*AgentVersion, error) {
+	return doJSON[AgentVersion](ctx, c, "POST", "/v1/agents/"+url.PathEscape(name)+"/versions/"+strconv.Itoa(version)+":retire", nil)
+}
+
+// PutTenantSettings replaces the tenant's settings (scope tenant:admin).
+func (c *Client) PutTenantSettings(ctx context.Context, s TenantSettings) (*TenantSettings, error) {
+	return doJSON[TenantSettings](ctx, c, "PUT", "/v1/tenant/settings", s)
+}
+
 // PutWebhook registers the tenant's webhook; the answer holds the secret.
 func (c *Client) PutWebhook(ctx context.Context, req PutWebhookRequest) (*Webhook, error) {
 	return doJSON[Webhook](ctx, c, "PUT", "/v1/webhook", req)

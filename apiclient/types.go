@@ -13,9 +13,11 @@ import (
 type Agent struct {
 	Name string `json:"name"`
 	// Platform is true for an operator's agent that every tenant may run.
-	Platform bool    `json:"platform"`
-	Versions []int   `json:"versions"`
-	Aliases  []Alias `json:"aliases"`
+	Platform bool  `json:"platform"`
+	Versions []int `json:"versions"`
+	// Retired lists the retired versions: they start no new run.
+	Retired []int   `json:"retired"`
+	Aliases []Alias `json:"aliases"`
 }
 
 // Alias points a name at a version, optionally with a canary.
@@ -43,6 +45,12 @@ type AgentVersion struct {
 	Created bool `json:"created"`
 	// Definition is the canonical JSON of the definition.
 	Definition json.RawMessage `json:"definition,omitempty"`
+	// RetiredAt is set once the version is retired.
+	RetiredAt *time.Time `json:"retired_at,omitempty"`
+	// StillAliased, in the answer to a retire, lists the aliases that
+	// still lead to the version: runs through them are refused until
+	// they move.
+	StillAliased []string `json:"still_aliased,omitempty"`
 }
 
 // AgentList is the body of GET /v1/agents.
@@ -117,12 +125,26 @@ type DecisionAccepted struct {
 
 // Tenant is the caller's identity, its tenant's limits and current usage.
 type Tenant struct {
-	Tenant string      `json:"tenant"`
-	User   string      `json:"user"`
-	Scopes []string    `json:"scopes"`
-	Via    string      `json:"via"`
-	Limits Limits      `json:"limits"`
-	Usage  TenantUsage `json:"usage"`
+	Tenant   string         `json:"tenant"`
+	User     string         `json:"user"`
+	Scopes   []string       `json:"scopes"`
+	Via      string         `json:"via"`
+	Limits   Limits         `json:"limits"`
+	Usage    TenantUsage    `json:"usage"`
+	Settings TenantSettings `json:"settings"`
+}
+
+// TenantSettings is a tenant's own configuration, the body of PUT
+// /v1/tenant/settings (scope tenant:admin) and part of GET /v1/tenant.
+type TenantSettings struct {
+	// LinkDomains are the domains (with their subdomains) that model text
+	// rendered for this tenant may link to; other links are made inert.
+	LinkDomains []string `json:"link_domains"`
+	// RequireAlias: callers without the tenant:admin scope start runs only
+	// through an alias (or a bare name while prod is set), never by
+	// version number or latest.
+	RequireAlias bool       `json:"require_alias"`
+	UpdatedAt    *time.Time `json:"updated_at,omitempty"`
 }
 
 // Limits are a tenant's quotas; zero means none.
@@ -162,6 +184,10 @@ type Run struct {
 	Bindings map[string]string `json:"bindings,omitempty"`
 	// PendingApprovals lists the approvals a waiting run waits for.
 	PendingApprovals []Approval `json:"pending_approvals,omitempty"`
+	// OutputFlags (on a single run's read) name what rendering the run's
+	// model text neutralises for this tenant: remote_image,
+	// unlisted_link, html, bidi, invisible, idn_domain.
+	OutputFlags []string `json:"output_flags,omitempty"`
 }
 
 // Usage is a run's recorded consumption.
@@ -203,6 +229,9 @@ type EventList struct {
 	Events []Event `json:"events"`
 	// Status is the run's status when the events were read.
 	Status string `json:"status"`
+	// Render is "safe" when the payloads were neutralised for display
+	// (?render=safe); their hashes are then those of the stored payloads.
+	Render string `json:"render,omitempty"`
 }
 
 // MessageRequest is the body of POST /v1/runs/{run_id}/messages.

@@ -207,6 +207,10 @@ type AgentVersion struct {
 	Spec      []byte // canonical JSON of the definition
 	SpecHash  [32]byte
 	CreatedAt time.Time
+	// RetiredAt is when the version was retired (zero while it is live).
+	// A retired version starts no new run; runs already pinned to it
+	// finish on it.
+	RetiredAt time.Time
 }
 
 // Alias points a name such as prod at a version, optionally sending a
@@ -228,6 +232,10 @@ type AgentStore interface {
 	PutAgentVersion(ctx context.Context, v *AgentVersion) (created bool, err error)
 	GetAgentVersion(ctx context.Context, name string, version int) (*AgentVersion, error)
 	ListAgentVersions(ctx context.Context, name string) ([]*AgentVersion, error) // name "" = all
+	// RetireAgentVersion marks a stored version retired at at. Retiring a
+	// retired version again keeps the first time; a missing version is
+	// ErrNotFound. Retirement cannot be undone.
+	RetireAgentVersion(ctx context.Context, name string, version int, at time.Time) error
 	SetAlias(ctx context.Context, a *Alias) error
 	GetAlias(ctx context.Context, agent, alias string) (*Alias, error)
 	ListAliases(ctx context.Context, agent string) ([]*Alias, error)
@@ -309,4 +317,29 @@ type PrincipalStore interface {
 	ListPrincipals(ctx context.Context, tenant string) ([]*Principal, error)
 	// DeletePrincipal removes the principal or returns ErrNotFound.
 	DeletePrincipal(ctx context.Context, tenant, user string) error
+}
+
+// TenantSettings is a tenant's own configuration of how the platform
+// treats its runs. The zero value is the default.
+type TenantSettings struct {
+	Tenant string
+	// LinkDomains are the domains (and their subdomains) that model text
+	// shown to this tenant's users may link to; links elsewhere are shown
+	// inert. Lower-case ASCII, sorted, no repeats.
+	LinkDomains []string
+	// RequireAlias makes callers without the admin scope start runs only
+	// through an alias (name@prod, or a bare name while prod is set),
+	// never by version number or latest.
+	RequireAlias bool
+	UpdatedAt    time.Time
+}
+
+// TenantStore persists tenant settings. It is optional: a Store that
+// also implements it lets tenants configure themselves.
+type TenantStore interface {
+	// GetTenantSettings returns the tenant's settings, or ErrNotFound when
+	// none were ever stored (the caller then uses the zero value).
+	GetTenantSettings(ctx context.Context, tenant string) (*TenantSettings, error)
+	// PutTenantSettings creates or replaces the tenant's settings.
+	PutTenantSettings(ctx context.Context, s *TenantSettings) error
 }

@@ -51,6 +51,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.bankCmd(rest)
 	case "users":
 		err = c.users(rest)
+	case "tenants":
+		err = c.tenants(rest)
 	case "models":
 		err = c.models(rest)
 	case "replay":
@@ -182,7 +184,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 
 // usageLines are the synopses -h prints above the flags.
 var usageLines = map[string]string{
-	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION",
+	"agents":       "agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION | retire NAME@VERSION",
 	"apikey":       "agentplane apikey create --tenant T --user U [--scopes S,S] [--name N] | apikey list [--tenant T] | apikey revoke ID",
 	"approvals":    "agentplane approvals [--tenant T]",
 	"approve":      "agentplane approve APPROVAL_ID --as USER [--comment TEXT]",
@@ -193,11 +195,12 @@ var usageLines = map[string]string{
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
-	"replay":       "agentplane replay RUN|last --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON]",
+	"replay":       "agentplane replay RUN|last --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON] [--admin]",
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
-	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json] [--detach]",
+	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--json] | runs RUN|last [--json]",
 	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
+	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"trace":        "agentplane trace [verify] RUN|last [--full] [--json] | trace export RUN [RUN...] --otlp URL",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/apiclient"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -115,7 +117,8 @@ func (c *command) remoteRun(cl *apiclient.Client, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(c.ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tl := &timeline{w: c.out}
+	tl := &timeline{w: c.out, pol: c.remotePolicy(cl)}
+	var seen []store.Event
 	end, err := cl.StreamRun(ctx, req, *key, func(ev apiclient.Event) error {
 		if *asJSON {
 			b, _ := json.Marshal(ev)
@@ -127,6 +130,7 @@ func (c *command) remoteRun(cl *apiclient.Client, args []string) error {
 			return err
 		}
 		tl.event(&sev)
+		seen = append(seen, sev)
 		if ev.Type == trace.EvApprovalReq {
 			var q trace.ApprovalRequested
 			_ = json.Unmarshal(ev.Payload, &q)
@@ -138,6 +142,7 @@ func (c *command) remoteRun(cl *apiclient.Client, args []string) error {
 		return err
 	}
 	if !*asJSON {
+		writeFlags(c.out, platform.OutputFlags(tl.pol, seen))
 		fmt.Fprintf(c.out, "\ninspect: agentplane trace %s   verify: agentplane trace verify %s\n", end.RunID, end.RunID)
 	}
 	if end.Status != store.StatusCompleted {
@@ -179,6 +184,11 @@ func (c *command) remoteRuns(cl *apiclient.Client, args []string) error {
 		return err
 	}
 	if *asJSON {
+		// Outputs are shown neutralised, as everywhere in the CLI.
+		pol := c.remotePolicy(cl)
+		for i := range rs {
+			rs[i].Output, _ = pol.Text(rs[i].Output)
+		}
 		return json.NewEncoder(c.out).Encode(rs)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
@@ -291,7 +301,22 @@ func (c *command) remoteTrace(cl *apiclient.Client, args []string) error {
 		}
 		return nil
 	}
-	return printTrace(c.ctx, c.out, src, src.evs, *full)
+	return printTrace(c.ctx, c.out, src, src.evs, *full, c.remotePolicy(cl))
+}
+
+// remotePolicy is the caller's tenant's render policy, as the server
+// reports it; when it cannot be read, no domain is listed (every link in
+// model text is shown inert).
+func (c *command) remotePolicy(cl *apiclient.Client) *render.Policy {
+	tn, err := cl.Tenant(c.ctx)
+	if err != nil {
+		return strict
+	}
+	pol, err := render.NewPolicy(tn.Settings.LinkDomains)
+	if err != nil {
+		return strict
+	}
+	return pol
 }
 
 func (c *command) remoteApprovals(cl *apiclient.Client, args []string) error {

@@ -17,13 +17,14 @@ import (
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/model/scripted"
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
 
 func (c *command) agents(args []string) error {
 	if len(args) == 0 {
-		return exitCode{2, "usage: agentplane agents apply -f FILE | list | alias NAME ALIAS=VERSION"}
+		return exitCode{2, "usage: " + usageLines["agents"]}
 	}
 	var cm common
 	fs := c.flags("agents "+args[0], &cm)
@@ -62,7 +63,7 @@ func (c *command) agents(args []string) error {
 			return err
 		}
 		tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
-		fmt.Fprintln(tw, "AGENT\tVERSION\tCREATED\tSPEC HASH\tALIASES")
+		fmt.Fprintln(tw, "AGENT\tVERSION\tCREATED\tSPEC HASH\tALIASES\tSTATE")
 		for _, v := range vs {
 			var names []string
 			for _, a := range als {
@@ -73,9 +74,32 @@ func (c *command) agents(args []string) error {
 					names = append(names, fmt.Sprintf("%s(canary %d%%)", a.Alias, a.CanaryPercent))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%x\t%v\n", v.Name, v.Version, v.CreatedAt.Format(time.RFC3339), v.SpecHash[:6], names)
+			state := "live"
+			if !v.RetiredAt.IsZero() {
+				state = "retired " + v.RetiredAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%x\t%v\t%s\n", v.Name, v.Version, v.CreatedAt.Format(time.RFC3339), v.SpecHash[:6], names, state)
 		}
 		return tw.Flush()
+	case "retire":
+		if len(pos) != 1 {
+			return exitCode{2, "usage: agentplane agents retire NAME@VERSION"}
+		}
+		name, ver, _ := strings.Cut(pos[0], "@")
+		n, err := strconv.Atoi(ver)
+		if err != nil {
+			return exitCode{2, fmt.Sprintf("agents retire: want NAME@VERSION, got %q", pos[0])}
+		}
+		still, err := p.Registry.Retire(c.ctx, name, n)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "agent %s version %d retired: it starts no new run; runs already on it finish\n", name, n)
+		for _, a := range still {
+			fmt.Fprintf(c.out, "  alias %s still leads to it: runs through %s@%s are refused until it moves (agentplane agents alias %s %s=VERSION)\n",
+				a, name, a, name, a)
+		}
+		return nil
 	case "alias":
 		if len(pos) != 2 {
 			return exitCode{2, "usage: agentplane agents alias NAME ALIAS=VERSION"}
@@ -153,6 +177,7 @@ func (c *command) run(args []string) error {
 	asJSON := fs.Bool("json", false, "print events as JSON lines")
 	script := fs.String("script", "", "scripted model turns YAML, served for every scripted alias")
 	detach := fs.Bool("detach", false, "queue the run and print its id; a worker executes it")
+	admin := fs.Bool("admin", false, "act as the tenant's admin: may name a version number or latest when the tenant requires aliases")
 	binds := bindFlag{}
 	fs.Var(binds, "bind", "NAME=VALUE: every tool call naming argument NAME must name VALUE (repeatable; e.g. --bind customer_id=c_88213)")
 	pos, err := parseInterleaved(fs, args)
@@ -160,7 +185,7 @@ func (c *command) run(args []string) error {
 		return err
 	}
 	if len(pos) != 1 || *task == "" {
-		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--json]"}
+		return exitCode{2, "usage: agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json]"}
 	}
 	if *user == "" {
 		*user = "local"
@@ -182,7 +207,7 @@ func (c *command) run(args []string) error {
 			return err
 		}
 	}
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream", Bindings: binds.orNil()})
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream", Bindings: binds.orNil(), Admin: *admin})
 	if err != nil {
 		return err
 	}
@@ -228,7 +253,13 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after
 		_, err := p.Engine.Execute(ctx, runID)
 		done <- err
 	}()
-	tl := &timeline{w: c.out}
+	tl := &timeline{w: c.out, pol: strict}
+	if run, err := p.Store.GetRun(ctx, runID); err == nil {
+		if pol, err := p.RenderPolicy(ctx, run.Tenant); err == nil {
+			tl.pol = pol
+		}
+	}
+	var seen []store.Event
 	flush := func() error {
 		evs, err := p.Store.Events(context.WithoutCancel(ctx), runID, *after, 0)
 		if err != nil {
@@ -240,6 +271,7 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after
 				fmt.Fprintln(c.out, string(b))
 			} else {
 				tl.event(&evs[i])
+				seen = append(seen, evs[i])
 			}
 			*after = evs[i].Seq
 		}
@@ -252,6 +284,9 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after
 		case err := <-done:
 			if ferr := flush(); ferr != nil {
 				return nil, ferr
+			}
+			if !asJSON {
+				writeFlags(c.out, platform.OutputFlags(tl.pol, seen))
 			}
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return nil, err
@@ -307,11 +342,31 @@ func (c *command) runs(args []string) error {
 	if err != nil {
 		return err
 	}
+	pc := &policyCache{get: func(tenant string) (*render.Policy, error) { return p.RenderPolicy(c.ctx, tenant) }}
+	flagsOf := func(r *store.Run) ([]string, error) {
+		evs, err := p.Store.Events(c.ctx, r.ID, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		return platform.OutputFlags(pc.of(r.Tenant), evs).Names(), nil
+	}
 	if *asJSON {
-		return json.NewEncoder(c.out).Encode(rs)
+		// Result is shown neutralised, as everywhere else; the log keeps the
+		// exact bytes (agentplane trace RUN --json).
+		out := make([]jsonRun, 0, len(rs))
+		for _, r := range rs {
+			flags, err := flagsOf(r)
+			if err != nil {
+				return err
+			}
+			x := *r
+			x.Result, _ = pc.of(r.Tenant).Text(r.Result)
+			out = append(out, jsonRun{Run: &x, OutputFlags: flags})
+		}
+		return json.NewEncoder(c.out).Encode(out)
 	}
 	tw := tabwriter.NewWriter(c.out, 0, 2, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tAGENT\tSTATUS\tSTEPS\tTOKENS IN\tTOKENS OUT\tCOST\tUSER\tCREATED")
+	fmt.Fprintln(tw, "RUN\tAGENT\tSTATUS\tSTEPS\tTOKENS IN\tTOKENS OUT\tCOST\tUSER\tCREATED\tOUTPUT FLAGS")
 	for _, r := range rs {
 		cost := money(r.CostMicros, r.Currency)
 		if r.CostUnknown {
@@ -321,8 +376,12 @@ func (c *command) runs(args []string) error {
 		if r.ParentRunID != "" {
 			status += " (" + replayLabel(c.ctx, p, r) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s@%d\t%s\t%d\t%d\t%d\t%s\t%s/%s\t%s\n", r.ID, r.Agent, r.AgentVersion, status, r.Steps,
-			r.InputTokens, r.OutputTokens, cost, r.Tenant, r.User, r.CreatedAt.Format(time.RFC3339))
+		flags, err := flagsOf(r)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(tw, "%s\t%s@%d\t%s\t%d\t%d\t%d\t%s\t%s/%s\t%s\t%s\n", r.ID, r.Agent, r.AgentVersion, status, r.Steps,
+			r.InputTokens, r.OutputTokens, cost, r.Tenant, r.User, r.CreatedAt.Format(time.RFC3339), strings.Join(flags, ","))
 	}
 	return tw.Flush()
 }
@@ -373,7 +432,11 @@ func (c *command) trace(args []string) error {
 		}
 		return nil
 	}
-	return printTrace(c.ctx, c.out, p.Store, evs, *full)
+	pol, err := p.RenderPolicy(c.ctx, run.Tenant)
+	if err != nil {
+		return err
+	}
+	return printTrace(c.ctx, c.out, p.Store, evs, *full, pol)
 }
 
 func (c *command) worker(args []string) error {
@@ -506,3 +569,9 @@ func shellQuote(s string) string {
 
 // isHelp reports whether a subcommand position asks for help.
 func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }
+
+// jsonRun is a run as runs --json prints it.
+type jsonRun struct {
+	*store.Run
+	OutputFlags []string `json:"OutputFlags"`
+}

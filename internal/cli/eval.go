@@ -84,7 +84,7 @@ func resolveVersion(ctx context.Context, p *platform.Platform, ref string) (*age
 	if !strings.Contains(ref, "@") {
 		return nil, exitCode{2, fmt.Sprintf("eval: %q: name the version, NAME@VERSION (versions are what an eval judges)", ref)}
 	}
-	d, _, err := p.Registry.Resolve(ctx, ref, "")
+	d, _, err := p.Registry.Resolve(ctx, ref, "", agent.ResolveOptions{IncludeRetired: true})
 	if err != nil {
 		return nil, fmt.Errorf("eval: %s: %w (store it first: agentplane agents apply -f FILE)", ref, err)
 	}

@@ -38,6 +38,7 @@ func (c *command) replay(args []string) error {
 	instr := fs.String("instructions", "", "replay with the instructions in this file")
 	mode := fs.String("mode", "recorded", "recorded: model outputs from the log where it has them; live: ask the model again from --from-step")
 	internal := fs.Bool("internal-live", false, "the target environment allows tools with side_effects internal to run live")
+	admin := fs.Bool("admin", false, "act as the tenant's admin: --agent may name a version number when the tenant requires aliases")
 	mocks := mockFlags{}
 	fs.Var(mocks, "mock", "TOOL=JSON: the output a non-matching call of TOOL gets instead of running (repeatable)")
 	asJSON := fs.Bool("json", false, "print events as JSON lines")
@@ -57,7 +58,7 @@ func (c *command) replay(args []string) error {
 	if err != nil {
 		return err
 	}
-	req := platform.ReplayRequest{Of: of, FromStep: *from, Agent: *agentRef, ModelAlias: *alias, Mode: *mode, Mocks: mocks, InternalLive: *internal}
+	req := platform.ReplayRequest{Of: of, FromStep: *from, Agent: *agentRef, ModelAlias: *alias, Mode: *mode, Mocks: mocks, InternalLive: *internal, Admin: *admin}
 	if *instr != "" {
 		b, err := os.ReadFile(*instr)
 		if err != nil {

@@ -124,7 +124,7 @@ func (c *command) apikey(args []string) error {
 	fs := c.flags("apikey "+args[0], &cm)
 	tenant := fs.String("tenant", "", "the key's tenant")
 	user := fs.String("user", "", "the key's user")
-	scopes := fs.String("scopes", "", "comma-separated scopes (default all: "+strings.Join(api.AllScopes, ",")+")")
+	scopes := fs.String("scopes", "", "comma-separated scopes (default: "+strings.Join(api.DefaultScopes, ",")+"; "+api.ScopeAdmin+" only by name)")
 	name := fs.String("name", "", "a label for the key")
 	pos, p, err := c.parseAndOpen(fs, &cm, args[1:])
 	if err != nil {

@@ -11,14 +11,18 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
 
-// timeline prints events as a compact, human-readable run timeline.
+// timeline prints events as a compact, human-readable run timeline. Every
+// text it prints is neutralised under pol, the run's tenant's render
+// policy (nil: no link domains listed), and made safe for a terminal.
 type timeline struct {
 	w        io.Writer
 	currency string
+	pol      *render.Policy
 	// stamps prefixes each event with its sequence number (the SSE id) and
 	// time, as agentplane trace prints it.
 	stamps bool
@@ -27,12 +31,27 @@ type timeline struct {
 // resultShown is how much of a run's final output a timeline prints.
 const resultShown = 400
 
-// clean makes text from models and tools safe for a terminal: control
-// characters (including ANSI escapes) become spaces, and it is cut to n runes.
-func clean(s string, n int) string { return sanitize(s, n, false) }
+func (t *timeline) clean(s string, n int) string {
+	s, _ = t.pol.Text(s)
+	return sanitize(s, n, false)
+}
 
-// cleanLines is clean but keeps newlines (for prompts printed in full).
-func cleanLines(s string, n int) string { return sanitize(s, n, true) }
+func (t *timeline) cleanLines(s string, n int) string {
+	s, _ = t.pol.Text(s)
+	return sanitize(s, n, true)
+}
+
+// strict lists no link domains: every link is inert.
+var strict = &render.Policy{}
+
+// clean makes text from models and tools safe to show: neutralised (package
+// render: no images, no live links, bidi and invisible characters made
+// visible), control characters (including ANSI escapes) turned into
+// spaces, and cut to n runes.
+func clean(s string, n int) string { return (&timeline{pol: strict}).clean(s, n) }
+
+// cleanLines is clean but keeps newlines (a run's whole output).
+func cleanLines(s string, n int) string { return (&timeline{pol: strict}).cleanLines(s, n) }
 
 func sanitize(s string, n int, keepNL bool) string {
 	var b strings.Builder
@@ -95,7 +114,7 @@ func (t *timeline) event(ev *store.Event) {
 		_ = json.Unmarshal(p.Budgets, &b)
 		t.currency = b.MaxCost.Currency
 		fmt.Fprintf(w, "run %s  %s@%d  tenant=%s user=%s  model=%s\n", ev.RunID, p.Agent, p.AgentVersion, p.Tenant, p.User, p.ModelAlias)
-		fmt.Fprintf(w, "  task    %s\n", clean(p.Task, 200))
+		fmt.Fprintf(w, "  task    %s\n", t.clean(p.Task, 200))
 		if len(p.Bindings) > 0 {
 			keys := make([]string, 0, len(p.Bindings))
 			for k := range p.Bindings {
@@ -106,7 +125,7 @@ func (t *timeline) event(ev *store.Event) {
 			for _, k := range keys {
 				parts = append(parts, k+"="+p.Bindings[k])
 			}
-			fmt.Fprintf(w, "  bound   %s (every tool call naming these arguments must name these values)\n", clean(strings.Join(parts, " "), 300))
+			fmt.Fprintf(w, "  bound   %s (every tool call naming these arguments must name these values)\n", t.clean(strings.Join(parts, " "), 300))
 		}
 		if r := p.Replay; r != nil {
 			fmt.Fprintf(w, "  replay  of %s from step %d, mode %s", clean(r.Of, 80), r.FromStep, clean(r.Mode, 20))
@@ -124,7 +143,7 @@ func (t *timeline) event(ev *store.Event) {
 		var p trace.ModelCall
 		_ = json.Unmarshal(ev.Payload, &p)
 		if p.Error != "" {
-			fmt.Fprintf(w, "    model  %s  error: %s\n", p.Alias, clean(p.Error, 600))
+			fmt.Fprintf(w, "    model  %s  error: %s\n", p.Alias, t.clean(p.Error, 600))
 			return
 		}
 		cost := "cost unknown"
@@ -137,7 +156,7 @@ func (t *timeline) event(ev *store.Event) {
 		u := p.Response.Usage
 		fmt.Fprintf(w, "    model  %s  in=%d out=%d  %s  %dms\n", p.Alias, u.TotalInput(), u.OutputTokens, cost, p.LatencyMS)
 		if txt := strings.TrimSpace(p.Response.Text()); txt != "" {
-			fmt.Fprintf(w, "           %q\n", clean(txt, 160))
+			fmt.Fprintf(w, "           %q\n", t.clean(txt, 160))
 		}
 	case trace.EvToolAttempt:
 		var p trace.ToolAttempt
@@ -150,9 +169,9 @@ func (t *timeline) event(ev *store.Event) {
 		if !p.Decision.Allowed && p.Decision.Approval != nil {
 			verdict = "waits for approval by " + p.Decision.Approval.Group
 		} else if !p.Decision.Allowed {
-			verdict = "DENIED by " + p.Decision.Control + ": " + clean(p.Decision.Reason, 120)
+			verdict = "DENIED by " + p.Decision.Control + ": " + t.clean(p.Decision.Reason, 120)
 		}
-		fmt.Fprintf(w, "    call   %s %s  [%s] key=%s\n", p.Tool, clean(args, 120), verdict, p.IdempotencyKey)
+		fmt.Fprintf(w, "    call   %s %s  [%s] key=%s\n", p.Tool, t.clean(args, 120), verdict, p.IdempotencyKey)
 	case trace.EvToolResult:
 		var p trace.ToolResult
 		_ = json.Unmarshal(ev.Payload, &p)
@@ -165,16 +184,16 @@ func (t *timeline) event(ev *store.Event) {
 			extra = "  [replay: " + p.Replayed + "]"
 		}
 		if p.Truncated {
-			extra = "  (too large for the context: the model sees handle blob:" + clean(p.Output.Blob, 12) + "… and a preview)"
+			extra = "  (too large for the context: the model sees handle blob:" + t.clean(p.Output.Blob, 12) + "… and a preview)"
 		}
 		show := 100
 		if p.Status != trace.StatusOK {
 			show = 400 // a refusal or an error is worth reading whole
 		}
-		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, clean(out, show), extra)
+		fmt.Fprintf(w, "    result %s %s %dB %dms  %s%s\n", p.Tool, p.Status, p.Bytes, p.LatencyMS, t.clean(out, show), extra)
 		if b := p.Sandbox; b != nil {
 			fmt.Fprintf(w, "    sandbox %s tier %d (%s) %s, host-measured: provision %dms, wall %dms, %s exit %d, out %dB",
-				b.Executor, b.Tier, clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.WallMS, clean(b.Outcome, 20), b.ExitCode, b.StdoutBytes)
+				b.Executor, b.Tier, t.clean(b.ID, 40), b.Lifecycle, b.ProvisionMS, b.WallMS, t.clean(b.Outcome, 20), b.ExitCode, b.StdoutBytes)
 			if b.Downgraded {
 				fmt.Fprintf(w, ", DOWNGRADED from tier %d", b.RequestedTier)
 			}
@@ -187,11 +206,11 @@ func (t *timeline) event(ev *store.Event) {
 	case trace.EvLoopNote:
 		var p trace.LoopNote
 		_ = json.Unmarshal(ev.Payload, &p)
-		fmt.Fprintf(w, "    note   [%s] %s\n", p.Reason, clean(p.Text, 160))
+		fmt.Fprintf(w, "    note   [%s] %s\n", p.Reason, t.clean(p.Text, 160))
 	case trace.EvSignal:
 		var p trace.Signal
 		_ = json.Unmarshal(ev.Payload, &p)
-		fmt.Fprintf(w, "    signal %s %s\n", p.Kind, clean(string(p.Payload), 120))
+		fmt.Fprintf(w, "    signal %s %s\n", p.Kind, t.clean(string(p.Payload), 120))
 	case trace.EvTaint:
 		var p trace.Taint
 		_ = json.Unmarshal(ev.Payload, &p)
@@ -224,7 +243,7 @@ func (t *timeline) event(ev *store.Event) {
 			fmt.Fprintf(w, " by %s", p.Decider)
 		}
 		if p.Comment != "" {
-			fmt.Fprintf(w, ": %s", clean(p.Comment, 160))
+			fmt.Fprintf(w, ": %s", t.clean(p.Comment, 160))
 		}
 		fmt.Fprintln(w)
 		if p.EditedArgs != nil {
@@ -261,18 +280,18 @@ func (t *timeline) event(ev *store.Event) {
 	case trace.EvDiverged:
 		var p trace.Diverged
 		_ = json.Unmarshal(ev.Payload, &p)
-		fmt.Fprintf(w, "  diverged from the original at step %d: %s\n", p.Step, clean(p.Reason, 160))
+		fmt.Fprintf(w, "  diverged from the original at step %d: %s\n", p.Step, t.clean(p.Reason, 160))
 	case trace.EvSandboxEnd:
 		var p trace.SandboxTeardowns
 		_ = json.Unmarshal(ev.Payload, &p)
-		for _, t := range p.Sandboxes {
-			by := map[string]string{"caller": "the platform", "reaper": "the reaper (idle too long)", "nobody": "a startup sweep"}[t.By]
+		for _, sb := range p.Sandboxes {
+			by := map[string]string{"caller": "the platform", "reaper": "the reaper (idle too long)", "nobody": "a startup sweep"}[sb.By]
 			if by == "" {
-				by = clean(t.By, 20)
+				by = t.clean(sb.By, 20)
 			}
-			fmt.Fprintf(w, "  sandbox %s (%s) destroyed by %s after %d call(s): %s", clean(t.ID, 40), t.Executor, by, t.Uses, clean(t.Reason, 80))
-			if t.Err != "" {
-				fmt.Fprintf(w, " [error: %s]", clean(t.Err, 160))
+			fmt.Fprintf(w, "  sandbox %s (%s) destroyed by %s after %d call(s): %s", t.clean(sb.ID, 40), sb.Executor, by, sb.Uses, t.clean(sb.Reason, 80))
+			if sb.Err != "" {
+				fmt.Fprintf(w, " [error: %s]", t.clean(sb.Err, 160))
 			}
 			fmt.Fprintln(w)
 		}
@@ -285,11 +304,11 @@ func (t *timeline) event(ev *store.Event) {
 		_ = json.Unmarshal(ev.Payload, &p)
 		fmt.Fprintf(w, "  end     %s", p.Status)
 		if p.Reason != "" {
-			fmt.Fprintf(w, " (%s)", clean(p.Reason, 200))
+			fmt.Fprintf(w, " (%s)", t.clean(p.Reason, 200))
 		}
 		fmt.Fprintln(w)
 		if p.Result != "" {
-			fmt.Fprintf(w, "  result  %s\n", clean(p.Result, resultShown))
+			fmt.Fprintf(w, "  result  %s\n", t.clean(p.Result, resultShown))
 			if utf8.RuneCountInString(p.Result) > resultShown {
 				fmt.Fprintf(w, "          (cut: agentplane runs %s prints the whole output)\n", ev.RunID)
 			}

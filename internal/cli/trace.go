@@ -7,7 +7,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -15,7 +17,7 @@ import (
 // printTrace prints every event and, before each model call, the full prompt
 // rebuilt from the log.
 // With full false only the messages added since the previous call are shown.
-func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.Event, full bool) error {
+func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.Event, full bool, pol *render.Policy) error {
 	prompts := map[int64]*model.Request{}
 	if err := trace.Prompts(ctx, src, evs, func(ev *store.Event, mc *trace.ModelCall, req *model.Request) error {
 		prompts[ev.Seq] = req
@@ -23,7 +25,7 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 	}); err != nil {
 		return err
 	}
-	tl := &timeline{w: w, stamps: true}
+	tl := &timeline{w: w, pol: pol, stamps: true}
 	if len(evs) > 0 {
 		fmt.Fprintf(w, "  SEQ TIME (UTC, %s)  the sequence number is the event's SSE id (Last-Event-ID resumes after it)\n", evs[0].At.UTC().Format("2006-01-02"))
 	}
@@ -40,7 +42,7 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 			}
 			fmt.Fprintf(w, "  ── prompt for step %d (%d bytes, %s; %s the recorded hash; %d messages, %d tools) ──\n", ev.Step, size, h[:19], match, len(req.Messages), len(req.Tools))
 			if ev.Step == 1 || mc.NoTools {
-				fmt.Fprintf(w, "    [system] %s\n", indent(cleanLines(req.System, 4000)))
+				fmt.Fprintf(w, "    [system] %s\n", indent(tl.cleanLines(req.System, 4000)))
 			}
 			msgs := req.Messages
 			if !full && shown <= len(msgs) {
@@ -54,17 +56,18 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 				for _, p := range m.Content {
 					switch p.Type {
 					case model.PartText:
-						fmt.Fprintf(w, "    [%s] %s\n", m.Role, indent(cleanLines(p.Text, 4000)))
+						fmt.Fprintf(w, "    [%s] %s\n", m.Role, indent(tl.cleanLines(p.Text, 4000)))
 					case model.PartToolUse:
-						fmt.Fprintf(w, "    [%s tool_use %s] %s %s\n", m.Role, p.ToolUseID, p.Name, clean(string(p.Input), 2000))
+						fmt.Fprintf(w, "    [%s tool_use %s] %s %s\n", m.Role, p.ToolUseID, p.Name, tl.clean(string(p.Input), 2000))
 					case model.PartToolResult:
-						fmt.Fprintf(w, "    [%s tool_result %s] %s\n", m.Role, p.ToolUseID, clean(p.Text, 2000))
+						fmt.Fprintf(w, "    [%s tool_result %s] %s\n", m.Role, p.ToolUseID, tl.clean(p.Text, 2000))
 					}
 				}
 			}
 		}
 		tl.event(ev)
 	}
+	writeFlags(w, platform.OutputFlags(pol, evs))
 	return nil
 }
 

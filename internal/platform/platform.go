@@ -372,6 +372,9 @@ type StartRequest struct {
 	// run on the ticket's customer). They may narrow the user's own
 	// bindings, never contradict them.
 	Bindings map[string]string
+	// Admin says the caller holds the tenant's admin scope: it may name a
+	// version number or latest even when the tenant requires aliases.
+	Admin bool
 }
 
 // ErrBadBindings is returned by StartRun for run bindings that are malformed
@@ -382,7 +385,10 @@ var (
 	ErrDirectory   = errors.New("user directory unavailable")
 )
 
-// StartRun resolves the agent reference, pins the version and queues the run.
+// StartRun resolves the agent reference, pins the version and queues the
+// run. A retired version is refused however it is named (agent.ErrRetired),
+// and when the tenant requires aliases a caller without Admin may name only
+// an alias (agent.ErrAliasRequired).
 func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, error) {
 	if strings.TrimSpace(r.Task) == "" {
 		return nil, errors.New("start run: empty task")
@@ -412,7 +418,11 @@ func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, er
 			return nil, fmt.Errorf("start run: %w: %w", ErrBadBindings, err)
 		}
 	}
-	d, version, err := p.Registry.Resolve(ctx, r.Agent, r.ID)
+	ro, err := p.resolveOptions(ctx, r.Tenant, r.Admin)
+	if err != nil {
+		return nil, err
+	}
+	d, version, err := p.Registry.Resolve(ctx, r.Agent, r.ID, ro)
 	if err != nil {
 		return nil, err
 	}

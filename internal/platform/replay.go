@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -29,9 +30,13 @@ type ReplayRequest struct {
 	Tenant string
 	// ID optionally names the new run.
 	ID string
+	// Admin: as StartRequest.Admin, for Agent.
+	Admin bool
 }
 
-// Replay creates a new run linked to the original. Steps before FromStep are
+// Replay creates a new run linked to the original. A replay is a new run:
+// it is refused on a retired version (replay on a live one instead), and
+// Agent follows the tenant's alias rule as StartRun's reference does. Steps before FromStep are
 // served from the original's log; from FromStep on the run goes live with the
 // patch, and tools with side effects never run live unless the manifest and
 // the request allow it (see loop/replay.go).
@@ -60,11 +65,17 @@ func (p *Platform) Replay(ctx context.Context, r ReplayRequest) (*store.Run, err
 	version := orig.AgentVersion
 	agentName := orig.Agent
 	if r.Agent != "" {
-		d, v, err := p.Registry.Resolve(ctx, r.Agent, orig.ID)
+		ro, err := p.resolveOptions(ctx, orig.Tenant, r.Admin)
+		if err != nil {
+			return nil, err
+		}
+		d, v, err := p.Registry.Resolve(ctx, r.Agent, orig.ID, ro)
 		if err != nil {
 			return nil, err
 		}
 		agentName, version = d.Agent, v
+	} else if err := p.checkLive(ctx, agentName, version); err != nil {
+		return nil, fmt.Errorf("replay: %w; replay it on a live version (name one, for example %s@%s)", err, agentName, agent.AliasProd)
 	}
 	// The replay asks the model from its first live step: refuse up front
 	// an alias the gateway does not have, rather than start a run that can

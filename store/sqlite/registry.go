@@ -39,22 +39,24 @@ func (s *Store) PutAgentVersion(ctx context.Context, v *store.AgentVersion) (boo
 	return true, tx.Commit()
 }
 
+const agentCols = "name, version, spec, spec_hash, created_at, retired_at"
+
 func scanAgent(sc scanner) (*store.AgentVersion, error) {
 	var v store.AgentVersion
 	var hash []byte
-	var created int64
-	if err := sc.Scan(&v.Name, &v.Version, &v.Spec, &hash, &created); err != nil {
+	var created, retired int64
+	if err := sc.Scan(&v.Name, &v.Version, &v.Spec, &hash, &created, &retired); err != nil {
 		return nil, err
 	}
 	copy(v.SpecHash[:], hash)
-	v.CreatedAt = fromMicros(created)
+	v.CreatedAt, v.RetiredAt = fromMicros(created), fromMicros(retired)
 	return &v, nil
 }
 
 // GetAgentVersion implements store.AgentStore.
 func (s *Store) GetAgentVersion(ctx context.Context, name string, version int) (*store.AgentVersion, error) {
 	v, err := scanAgent(s.r.QueryRowContext(ctx,
-		"SELECT name, version, spec, spec_hash, created_at FROM agent_versions WHERE name = ? AND version = ?", name, version))
+		"SELECT "+agentCols+" FROM agent_versions WHERE name = ? AND version = ?", name, version))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("agent %s version %d: %w", name, version, store.ErrNotFound)
 	}
@@ -63,7 +65,7 @@ func (s *Store) GetAgentVersion(ctx context.Context, name string, version int) (
 
 // ListAgentVersions implements store.AgentStore.
 func (s *Store) ListAgentVersions(ctx context.Context, name string) ([]*store.AgentVersion, error) {
-	q := "SELECT name, version, spec, spec_hash, created_at FROM agent_versions"
+	q := "SELECT " + agentCols + " FROM agent_versions"
 	var args []any
 	if name != "" {
 		q += " WHERE name = ?"
@@ -83,6 +85,22 @@ func (s *Store) ListAgentVersions(ctx context.Context, name string) ([]*store.Ag
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// RetireAgentVersion implements store.AgentStore.
+func (s *Store) RetireAgentVersion(ctx context.Context, name string, version int, at time.Time) error {
+	if at.IsZero() {
+		at = time.Now().UTC()
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE agent_versions SET retired_at = CASE WHEN retired_at = 0 THEN ? ELSE retired_at END
+		WHERE name = ? AND version = ?`, micros(at), name, version)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("agent %s version %d: %w", name, version, store.ErrNotFound)
+	}
+	return nil
 }
 
 // SetAlias implements store.AgentStore.

@@ -114,6 +114,8 @@ func testAgents(t *testing.T, s store.Store) {
 		}
 	})
 
+	t.Run("Retire", func(t *testing.T) { testRetire(t, s) })
+
 	t.Run("Aliases", func(t *testing.T) {
 		prod := &store.Alias{Agent: "support", Alias: "prod", Version: 1, CanaryVersion: 2, CanaryPercent: 10, UpdatedAt: Base}
 		ok(t, "SetAlias", s.SetAlias(t.Context(), prod))
@@ -155,10 +157,52 @@ func testAgents(t *testing.T, s store.Store) {
 	})
 }
 
+// testRetire runs after Versions: support@1 and @2 and billing@1 exist.
+func testRetire(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	v1, err := s.GetAgentVersion(ctx, "support", 1)
+	ok(t, "GetAgentVersion", err)
+	if !v1.RetiredAt.IsZero() {
+		t.Fatalf("a fresh version has RetiredAt %v, want zero (live)", v1.RetiredAt)
+	}
+	at := Base.Add(5 * time.Hour)
+	ok(t, "RetireAgentVersion", s.RetireAgentVersion(ctx, "support", 1, at))
+	got, err := s.GetAgentVersion(ctx, "support", 1)
+	ok(t, "GetAgentVersion(retired)", err)
+	want := *v1
+	want.RetiredAt = at
+	checkAgentVersion(t, got, &want)
+	// Retiring again keeps the first time; nothing else changes.
+	ok(t, "RetireAgentVersion(again)", s.RetireAgentVersion(ctx, "support", 1, at.Add(time.Hour)))
+	got, err = s.GetAgentVersion(ctx, "support", 1)
+	ok(t, "GetAgentVersion(retired twice)", err)
+	checkAgentVersion(t, got, &want)
+
+	vs, err := s.ListAgentVersions(ctx, "")
+	ok(t, "ListAgentVersions", err)
+	for _, v := range vs {
+		retired := v.Name == "support" && v.Version == 1
+		if retired != !v.RetiredAt.IsZero() || retired && !v.RetiredAt.Equal(at) {
+			t.Errorf("listed %s@%d RetiredAt = %v; only support@1 is retired (at %v)", v.Name, v.Version, v.RetiredAt, at)
+		}
+	}
+	wantErr(t, "RetireAgentVersion(missing version)", s.RetireAgentVersion(ctx, "support", 9, at), store.ErrNotFound)
+	wantErr(t, "RetireAgentVersion(missing agent)", s.RetireAgentVersion(ctx, "nobody", 1, at), store.ErrNotFound)
+	// Storing the identical content again does not bring it back.
+	created, err := s.PutAgentVersion(ctx, agentVersion("support", 1, string(v1.Spec)))
+	ok(t, "PutAgentVersion(identical, retired)", err)
+	if created {
+		t.Fatal("PutAgentVersion of a retired version's content: created = true")
+	}
+	if got, err := s.GetAgentVersion(ctx, "support", 1); err != nil || got.RetiredAt.IsZero() {
+		t.Fatalf("after re-put: %+v, %v; the version must stay retired", got, err)
+	}
+}
+
 func checkAgentVersion(t *testing.T, got, want *store.AgentVersion) {
 	t.Helper()
 	if got.Name != want.Name || got.Version != want.Version || !bytes.Equal(got.Spec, want.Spec) ||
-		got.SpecHash != want.SpecHash || !got.CreatedAt.Equal(want.CreatedAt) {
+		got.SpecHash != want.SpecHash || !got.CreatedAt.Equal(want.CreatedAt) || !got.RetiredAt.Equal(want.RetiredAt) {
 		t.Fatalf("agent version = {%s v%d %s %x %v}, want {%s v%d %s %x %v}",
 			got.Name, got.Version, got.Spec, got.SpecHash[:6], got.CreatedAt,
 			want.Name, want.Version, want.Spec, want.SpecHash[:6], want.CreatedAt)

@@ -39,6 +39,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Tools", func(t *testing.T) { testTools(t, newStore(t)) })
 	t.Run("Signals", func(t *testing.T) { testSignals(t, newStore(t)) })
 	t.Run("Principals", func(t *testing.T) { testPrincipals(t, newStore(t)) })
+	t.Run("TenantSettings", func(t *testing.T) { testTenantSettings(t, newStore(t)) })
 }
 
 // Base is the time the suite's runs are created at and its leases are taken
