@@ -158,7 +158,7 @@ func newRecorder(t *testing.T, o recordOptions) *recorder {
 // which would make every event time of a recording differ.
 func (r *recorder) start(id, agentRef string) {
 	r.t.Helper()
-	d, version, err := r.p.Registry.Resolve(r.ctx, agentRef, id)
+	d, version, err := r.p.Registry.Resolve(r.ctx, agentRef, id, agent.ResolveOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
