@@ -3,10 +3,12 @@
 // things, and reports each:
 //
 //   - removes secrets: known shapes (private keys, JWTs, cloud access keys,
+//     AWS secret keys labelled, next to their key id or alone on a line,
 //     GitHub, OpenAI-style, Slack, Stripe and Google keys, bearer and basic
 //     credentials, key=value secrets, passwords in URLs, agentplane's own
 //     call credentials) and the exact values a Redactor is given, such as
-//     the credentials the secrets broker holds;
+//     the credentials the secrets broker holds, also in their common
+//     encodings (base64, hex, percent-encoding, reversed; see Encodings);
 //   - strips control characters, ANSI and other terminal escape sequences,
 //     and bidirectional-override characters (newlines and tabs stay in
 //     multi-line text; a carriage return becomes a newline), and replaces
