@@ -373,7 +373,7 @@ func handleMessage(s *Server, w http.ResponseWriter, r *http.Request, p *Princip
 		s.fail(w, r, badRequest("text is required, at most 64 KiB"))
 		return
 	}
-	payload, _ := json.Marshal(map[string]string{"text": req.Text})
+	payload, _ := trace.MessagePayload(req.Text)
 	s.signal(w, r, p, params["run_id"], trace.SignalMessage, payload)
 }
 
