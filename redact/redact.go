@@ -67,6 +67,10 @@ type Redactor struct {
 	exact  []string // every encoding of every value, longest first
 }
 
+// shortest is the length of the shortest exact form (text shorter than it
+// holds none).
+func (r *Redactor) shortest() int { return len(r.exact[len(r.exact)-1]) }
+
 // New returns a Redactor that also removes each of exact, in the forms a
 // tool or a library commonly writes a credential in (see Encodings).
 // Values shorter than MinExactLen are ignored, and so is any encoded form
@@ -196,7 +200,7 @@ var shapes = []shape{
 // removed. It does not strip control characters.
 func (r *Redactor) String(s string) (string, int) {
 	n := 0
-	if r != nil {
+	if r != nil && len(r.exact) > 0 && len(s) >= r.shortest() {
 		for _, e := range r.exact {
 			if c := strings.Count(s, e); c > 0 {
 				s = strings.ReplaceAll(s, e, Placeholder("credential"))
