@@ -384,7 +384,13 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 
 // handleBlob returns a blob the run's log refers to. Blobs are stored by
 // content for every tenant at once, so a hash alone proves nothing: only a
-// blob named by one of the caller's run's events is served.
+// blob the platform itself recorded in one of the caller's run's events (a
+// Content field, trace.BlobRefs) is served. A hash that merely appears in
+// the log — in the task, a message, a model's output, anything a caller or
+// a model could write — names nothing. The decision is made from the
+// caller's own log before the blob store is asked, so a hash that is not
+// the run's gets the same answer, after the same work, whether or not
+// another tenant stored that content.
 func handleBlob(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
 	run, err := s.runOf(r.Context(), p, params["run_id"])
 	if err != nil {
@@ -397,26 +403,30 @@ func handleBlob(s *Server, w http.ResponseWriter, r *http.Request, p *Principal,
 		s.fail(w, r, badRequest("sha256 must be 64 hex digits"))
 		return
 	}
+	var sum [32]byte
+	copy(sum[:], b)
 	evs, err := s.st.Events(r.Context(), run.ID, 0, 0)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	needle := []byte(`"` + strings.ToLower(h) + `"`)
 	referenced := false
 	for i := range evs {
-		if strings.Contains(string(evs[i].Payload), string(needle)) {
-			referenced = true
-			break
+		refs, _ := trace.BlobRefs(&evs[i]) // an undecodable payload names no blob
+		for _, c := range refs {
+			if got, err := c.Sum(); err == nil && got == sum {
+				referenced = true
+			}
 		}
 	}
 	if !referenced {
 		s.fail(w, r, notFound("blob"))
 		return
 	}
-	var sum [32]byte
-	copy(sum[:], b)
 	data, err := s.st.GetBlob(r.Context(), sum)
+	if errors.Is(err, store.ErrNotFound) {
+		err = notFound("blob") // the run's own blob, lost: the same answer
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -436,7 +446,7 @@ func handleMessage(s *Server, w http.ResponseWriter, r *http.Request, p *Princip
 		s.fail(w, r, badRequest("text is required, at most 64 KiB"))
 		return
 	}
-	payload, _ := json.Marshal(map[string]string{"text": req.Text})
+	payload, _ := trace.MessagePayload(req.Text)
 	s.signal(w, r, p, params["run_id"], trace.SignalMessage, payload)
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // SignalTimer is the kind of the signal the engine records when a waiting
@@ -229,6 +230,13 @@ func (e *Engine) drive(parent context.Context, run *store.Run) error {
 	case errors.As(err, &sus):
 		st := store.StatusWaiting
 		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, WakeAt: &sus.WakeAt})
+	case errors.Is(err, trace.ErrDamaged):
+		// Failed closed: the run never resumes from a log that does not
+		// verify. Nothing is appended to the damaged log; the reason is
+		// the run's result, shown by the CLI and the API.
+		e.o.Logger.Error("run log damaged; run failed without resuming", "run", run.ID, "err", err)
+		st, msg := store.StatusFailed, "not resumed: "+err.Error()
+		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, Result: &msg})
 	case parent.Err() != nil || errors.Is(context.Cause(ctx), store.ErrLeaseLost) || errors.Is(err, store.ErrLeaseLost):
 		// Shutting down or fenced out: leave the run to whoever holds it
 		// next; its log is intact up to the last commit.
@@ -248,6 +256,12 @@ func (e *Engine) drive(parent context.Context, run *store.Run) error {
 func (e *Engine) newEnv(ctx context.Context, run *store.Run, verify bool) (*env, error) {
 	evs, err := e.o.Store.Events(ctx, run.ID, 0, 0)
 	if err != nil {
+		return nil, err
+	}
+	// A log is acted on only once it proves intact: an edited payload, a
+	// rewritten hash or a damaged blob would otherwise be served to the
+	// workflow as if recorded, and acted on.
+	if err := trace.CheckLog(ctx, e.o.Store, evs); err != nil {
 		return nil, err
 	}
 	en := &env{s: e.o.Store, run: run, epoch: run.LeaseEpoch, recorded: evs, clock: e.o.Clock, verify: verify}

@@ -2,11 +2,10 @@ package eval
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
-	"regexp"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // Stores are what CopyRun reads from and writes to.
@@ -15,8 +14,6 @@ type Stores interface {
 	store.EventStore
 	store.BlobStore
 }
-
-var blobRef = regexp.MustCompile(`"blob":"([0-9a-f]{64})"`)
 
 // CopyRun copies an ended run's record — the run, its events byte for byte
 // (so the copy's hash chain verifies) and every blob they name — from one
@@ -36,16 +33,23 @@ func CopyRun(ctx context.Context, from, to Stores, runID string) error {
 		return err
 	}
 	seen := map[string]bool{}
-	for _, ev := range evs {
-		for _, m := range blobRef.FindAllSubmatch(ev.Payload, -1) {
-			h := string(m[1])
+	for i := range evs {
+		// Only the blobs the platform recorded (not a hash a model or a
+		// caller wrote into the log) belong to the run.
+		refs, err := trace.BlobRefs(&evs[i])
+		if err != nil {
+			return fmt.Errorf("copy run %s: seq %d: %w", runID, evs[i].Seq, err)
+		}
+		for _, c := range refs {
+			h := c.Blob
 			if seen[h] {
 				continue
 			}
 			seen[h] = true
-			var sum [32]byte
-			b, _ := hex.DecodeString(h)
-			copy(sum[:], b)
+			sum, err := c.Sum()
+			if err != nil {
+				return fmt.Errorf("copy run %s: %w", runID, err)
+			}
 			data, err := from.GetBlob(ctx, sum)
 			if err != nil {
 				return fmt.Errorf("copy run %s: blob %s: %w", runID, h, err)

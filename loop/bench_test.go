@@ -142,7 +142,11 @@ func BenchmarkTraceSize(b *testing.B) {
 			// Stored row: payload + fixed columns (seq, step, at: 8 bytes
 			// each; two 32-byte hashes; the type and run id).
 			traceBytes += int64(len(ev.Payload)) + 24 + 64 + int64(len(ev.Type)+len(ev.RunID))
-			for _, c := range blobRefsOf(ev.Payload) {
+			refs, err := trace.BlobRefs(&ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, c := range refs {
 				if !blobs[c.Blob] {
 					blobs[c.Blob] = true
 					traceBytes += c.Size
@@ -177,32 +181,6 @@ func BenchmarkTraceSize(b *testing.B) {
 	b.ReportMetric(float64(traceBytes)/float64(unique), "trace/unique")
 	b.ReportMetric(float64(naive)/float64(traceBytes), "naive/trace")
 	b.ReportMetric(0, "ns/op")
-}
-
-func blobRefsOf(payload []byte) []trace.Content {
-	var out []trace.Content
-	var walk func(any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			if bl, ok := x["blob"].(string); ok {
-				size, _ := x["size"].(float64)
-				out = append(out, trace.Content{Blob: bl, Size: int64(size)})
-			}
-			for _, e := range x {
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
-		}
-	}
-	var v any
-	if json.Unmarshal(payload, &v) == nil {
-		walk(v)
-	}
-	return out
 }
 
 var _ = engine.Durable

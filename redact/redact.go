@@ -3,10 +3,12 @@
 // things, and reports each:
 //
 //   - removes secrets: known shapes (private keys, JWTs, cloud access keys,
+//     AWS secret keys labelled, next to their key id or alone on a line,
 //     GitHub, OpenAI-style, Slack, Stripe and Google keys, bearer and basic
 //     credentials, key=value secrets, passwords in URLs, agentplane's own
 //     call credentials) and the exact values a Redactor is given, such as
-//     the credentials the secrets broker holds;
+//     the credentials the secrets broker holds, also in their common
+//     encodings (base64, hex, percent-encoding, reversed; see Encodings);
 //   - strips control characters, ANSI and other terminal escape sequences,
 //     and bidirectional-override characters (newlines and tabs stay in
 //     multi-line text; a carriage return becomes a newline), and replaces
@@ -28,9 +30,14 @@ package redact
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
+	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -56,21 +63,36 @@ type Report struct {
 // value and nil remove shapes only. A Redactor is immutable and safe for
 // concurrent use.
 type Redactor struct {
-	exact []string // longest first
+	values []string // as given, for With
+	exact  []string // every encoding of every value, longest first
 }
 
-// New returns a Redactor that also removes each of exact (values shorter
-// than MinExactLen are ignored).
+// shortest is the length of the shortest exact form (text shorter than it
+// holds none).
+func (r *Redactor) shortest() int { return len(r.exact[len(r.exact)-1]) }
+
+// New returns a Redactor that also removes each of exact, in the forms a
+// tool or a library commonly writes a credential in (see Encodings).
+// Values shorter than MinExactLen are ignored, and so is any encoded form
+// shorter than that.
 func New(exact ...string) *Redactor {
 	r := &Redactor{}
 	seen := map[string]bool{}
 	for _, e := range exact {
-		if len(e) >= MinExactLen && !seen[e] {
-			seen[e] = true
-			r.exact = append(r.exact, e)
+		if len(e) < MinExactLen || slices.Contains(r.values, e) {
+			continue
+		}
+		r.values = append(r.values, e)
+		for _, v := range Encodings(e) {
+			if len(v) >= MinExactLen && !seen[v] {
+				seen[v] = true
+				r.exact = append(r.exact, v)
+			}
 		}
 	}
-	sort.Slice(r.exact, func(i, j int) bool { return len(r.exact[i]) > len(r.exact[j]) })
+	// Longest first: a whole padded encoding goes before the part of it
+	// that is also the value's encoding inside a longer string.
+	sort.SliceStable(r.exact, func(i, j int) bool { return len(r.exact[i]) > len(r.exact[j]) })
 	return r
 }
 
@@ -79,7 +101,43 @@ func (r *Redactor) With(exact ...string) *Redactor {
 	if r == nil {
 		return New(exact...)
 	}
-	return New(append(append([]string(nil), r.exact...), exact...)...)
+	return New(append(append([]string(nil), r.values...), exact...)...)
+}
+
+// Encodings returns the forms of a secret value that are removed with it:
+// the value itself; base64 in the standard and URL alphabets, padded and
+// unpadded, and — for each of the three byte alignments it can take inside
+// a longer base64 string (base64("user:" + value), a JSON blob encoded
+// whole) — the run of characters that only the value's bytes determine;
+// hex in lower and upper case; percent-encoding (query and path forms,
+// when they differ); and the value reversed.
+func Encodings(v string) []string {
+	out := []string{v}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding} {
+		whole := enc.EncodeToString([]byte(v))
+		out = append(out, whole, strings.TrimRight(whole, "="))
+		for k := 0; k < 3; k++ {
+			// Characters i of the encoding of k filler bytes + v cover
+			// bits [6i, 6i+6); the value owns bits [8k, 8k+8n).
+			e := enc.EncodeToString(append(make([]byte, k), v...))
+			start, end := (8*k+5)/6, (8*k+8*len(v))/6
+			if start < end && end <= len(e) {
+				out = append(out, e[start:end])
+			}
+		}
+	}
+	h := hex.EncodeToString([]byte(v))
+	out = append(out, h, strings.ToUpper(h))
+	if q := url.QueryEscape(v); q != v {
+		out = append(out, q)
+	}
+	if p := url.PathEscape(v); p != v {
+		out = append(out, p)
+	}
+	rs := []rune(v)
+	slices.Reverse(rs)
+	out = append(out, string(rs))
+	return out
 }
 
 // Placeholder is what a removed secret becomes: [REDACTED:kind].
@@ -96,6 +154,11 @@ type shape struct {
 	// one; they are checked first so that most text skips the
 	// expression entirely. None means always run it.
 	hints []string
+	// minLen skips text shorter than any match.
+	minLen int
+	// keep, when set, decides whether a match of the secret s[start:end]
+	// is one (for shapes a pattern alone cannot tell from ordinary text).
+	keep func(s string, start, end int) bool
 }
 
 var shapes = []shape{
@@ -109,6 +172,12 @@ var shapes = []shape{
 		re: regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|ABIA|ACCA)[0-9A-Z]{16}\b`)},
 	{kind: "aws_secret_access_key", hints: []string{"secret"}, group: 1,
 		re: regexp.MustCompile(`(?i)aws_?secret(?:_?access)?_?key["']?\s*[:=]\s*["']?([A-Za-z0-9/+=]{40})`)},
+	// A bare AWS secret access key: 40 characters of the base64 alphabet
+	// without padding, standing alone as a token. Alone it looks like much
+	// else, so it counts only with mixed case and either an access key id
+	// near it or nothing else on its line (see bareAWSSecret).
+	{kind: "aws_secret_access_key", group: 1, minLen: 40, keep: bareAWSSecret,
+		re: regexp.MustCompile(`(?:^|[^A-Za-z0-9/+_.\-])([A-Za-z0-9/+]{40})(?:$|[^A-Za-z0-9/+=_\-])`)},
 	{kind: "github_token", hints: []string{"gh", "github_pat_"},
 		re: regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,})`)},
 	{kind: "api_key", hints: []string{"sk", "rk", "pk_"},
@@ -131,7 +200,7 @@ var shapes = []shape{
 // removed. It does not strip control characters.
 func (r *Redactor) String(s string) (string, int) {
 	n := 0
-	if r != nil {
+	if r != nil && len(r.exact) > 0 && len(s) >= r.shortest() {
 		for _, e := range r.exact {
 			if c := strings.Count(s, e); c > 0 {
 				s = strings.ReplaceAll(s, e, Placeholder("credential"))
@@ -141,6 +210,9 @@ func (r *Redactor) String(s string) (string, int) {
 	}
 	lower := ""
 	for _, sh := range shapes {
+		if len(s) < sh.minLen {
+			continue
+		}
 		if len(sh.hints) > 0 {
 			if lower == "" {
 				lower = asciiLower(s)
@@ -172,6 +244,9 @@ func (r *Redactor) String(s string) (string, int) {
 			if strings.HasPrefix(s[start:], "[REDACTED:") {
 				continue // a placeholder left by an earlier shape
 			}
+			if sh.keep != nil && !sh.keep(s, start, end) {
+				continue
+			}
 			b.WriteString(s[last:start])
 			b.WriteString(Placeholder(sh.kind))
 			last = end
@@ -182,6 +257,64 @@ func (r *Redactor) String(s string) (string, int) {
 		lower = ""
 	}
 	return s, n
+}
+
+// awsKeyID finds an AWS access key id, as written or as already redacted.
+var awsKeyID = regexp.MustCompile(`\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|\[REDACTED:aws_access_key_id\]`)
+
+// awsNear is how far from an access key id (in bytes, either side) a
+// 40-character token is taken for its secret key.
+const awsNear = 256
+
+// bareAWSSecret decides whether the 40-character token s[start:end] is an
+// AWS secret access key. It must mix upper and lower case (a git commit id
+// and other hex digests do not; 40 random characters of that alphabet do
+// but for a chance of about 1e-9). Then it counts when an access key id is
+// within awsNear bytes, or when it is alone on its line (quotes, spaces
+// and closing punctuation aside) and also holds a digit and looks random:
+// a Shannon entropy of at least 4.3 bits per character, which about 3 in
+// 10,000 random keys fall below and a path or a CamelCase name usually
+// does. A bare key inside prose with neither is not recognised; a
+// labelled one is (aws_secret_access_key=..., secret: ...).
+func bareAWSSecret(s string, start, end int) bool {
+	tok := s[start:end]
+	if !strings.ContainsFunc(tok, isUpper) || !strings.ContainsFunc(tok, isLower) {
+		return false
+	}
+	if loc := awsKeyID.FindStringIndex(s[max(0, start-awsNear):min(len(s), end+awsNear)]); loc != nil {
+		return true
+	}
+	ls := strings.LastIndexByte(s[:start], '\n') + 1
+	le := strings.IndexByte(s[end:], '\n')
+	if le < 0 {
+		le = len(s)
+	} else {
+		le += end
+	}
+	const around = " \t\r\"'`"
+	if strings.Trim(s[ls:start], around) != "" || strings.TrimRight(s[end:le], around+".,;:)]}") != "" {
+		return false
+	}
+	return strings.ContainsFunc(tok, func(r rune) bool { return r >= '0' && r <= '9' }) && entropy(tok) >= 4.3
+}
+
+func isUpper(r rune) bool { return r >= 'A' && r <= 'Z' }
+func isLower(r rune) bool { return r >= 'a' && r <= 'z' }
+
+// entropy is the Shannon entropy of s's bytes, in bits per byte.
+func entropy(s string) float64 {
+	var counts [256]int
+	for i := 0; i < len(s); i++ {
+		counts[s[i]]++
+	}
+	h := 0.0
+	for _, c := range counts {
+		if c > 0 {
+			p := float64(c) / float64(len(s))
+			h -= p * math.Log2(p)
+		}
+	}
+	return h
 }
 
 func containsAny(s string, subs []string) bool {

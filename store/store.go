@@ -5,8 +5,8 @@
 // must pass.
 //
 // All methods take a context first, are safe for concurrent use, and return
-// ErrNotFound, ErrConflict or ErrLeaseLost (possibly wrapped) for the conditions
-// those names describe.
+// ErrNotFound, ErrConflict, ErrLeaseLost or ErrCorrupt (possibly wrapped) for
+// the conditions those names describe.
 package store
 
 import (
@@ -22,6 +22,9 @@ var (
 	ErrNotFound  = errors.New("not found")
 	ErrConflict  = errors.New("conflict")
 	ErrLeaseLost = errors.New("lease lost: another worker owns this run")
+	// ErrCorrupt means stored content no longer matches the hash it is
+	// stored under (damaged or tampered with).
+	ErrCorrupt = errors.New("stored content does not match its hash")
 )
 
 // Run statuses.
@@ -192,9 +195,17 @@ type EventStore interface {
 }
 
 // BlobStore is a content-addressed store of payloads keyed by sha256.
+// Blobs are shared by content across tenants; who may read one is decided
+// above the store, from what the platform recorded in a run's log (see
+// trace.BlobRefs), never by knowing a hash.
 type BlobStore interface {
-	// PutBlob stores data durably and returns its sha256.
+	// PutBlob stores data durably and returns its sha256. It writes the
+	// bytes even when a blob of that hash exists, so a damaged copy is
+	// replaced by the next put of the right content, and a put does the same
+	// work whether or not anyone stored the content before.
 	PutBlob(ctx context.Context, data []byte) ([32]byte, error)
+	// GetBlob returns the blob's bytes after checking they hash to sum:
+	// bytes that do not are never returned (an error wrapping ErrCorrupt).
 	GetBlob(ctx context.Context, sum [32]byte) ([]byte, error)
 	// BlobSize reports the stored size, or ErrNotFound.
 	BlobSize(ctx context.Context, sum [32]byte) (int64, error)

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/redact"
 	"github.com/agentplane/agentplane/store"
 )
 
@@ -469,6 +470,25 @@ const (
 	SignalCancel   = "cancel"
 	SignalApproval = "approval"
 )
+
+// MessagePayload is the payload of a message signal carrying text a user
+// typed or pasted. Secret shapes in it (see package redact) are replaced by
+// their [REDACTED:kind] placeholder first, so the signal, the log, every
+// export and the model hold the placeholder, never the secret. It returns
+// how many were replaced.
+func MessagePayload(text string) ([]byte, int) {
+	clean, n := UserText(text)
+	b, _ := json.Marshal(map[string]string{"text": clean}) // a string map always encodes
+	return b, n
+}
+
+// UserText is what is recorded of free text a caller supplies (a run's
+// task, a message): the text with every recognised secret shape replaced
+// by its placeholder. What the model then sees, and why, is in
+// docs/design/broker.md.
+func UserText(s string) (string, int) {
+	return (*redact.Redactor)(nil).String(s)
+}
 
 // ApprovalSignal is the payload of an approval signal. The API checks the
 // decider's group and that the decider is not the requester before storing

@@ -503,33 +503,3 @@ func TestPayloadDecoding(t *testing.T) {
 	}
 }
 
-func TestBlobRefs(t *testing.T) {
-	cases := []struct {
-		name    string
-		payload string
-		want    []trace.Content
-	}{
-		{"none", `{"text":"blob"}`, nil},
-		{"not JSON", `{"blob":"aa"`, nil},
-		{"top level", `{"blob":"aa","size":3}`, []trace.Content{{Blob: "aa", Size: 3}}},
-		{"nested in objects and arrays", `{"output":{"blob":"bb","size":5},"list":[{"args":{"blob":"cc","size":7}}]}`,
-			[]trace.Content{{Blob: "bb", Size: 5}, {Blob: "cc", Size: 7}}},
-		{"a blob key that is not a string", `{"blob":7,"size":1}`, nil},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got := trace.BlobRefs([]byte(tc.payload))
-			// Map iteration order is not fixed: compare as sets.
-			set := func(cs []trace.Content) map[trace.Content]bool {
-				m := map[trace.Content]bool{}
-				for _, c := range cs {
-					m[c] = true
-				}
-				return m
-			}
-			if len(got) != len(tc.want) || !reflect.DeepEqual(set(got), set(tc.want)) {
-				t.Fatalf("BlobRefs = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}

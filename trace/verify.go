@@ -1,13 +1,13 @@
 package trace
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
@@ -38,10 +38,9 @@ type Report struct {
 // OK reports whether nothing was wrong.
 func (r *Report) OK() bool { return len(r.Problems) == 0 }
 
-// Verify checks a run's log: sequence numbers contiguous from 1, every hash
-// chained and recomputed, every referenced blob present with the right hash
-// and size, and every recorded prompt hash reproduced by rebuilding the
-// prompt from the log.
+// Verify checks a run's log: everything CheckLog checks (sequence numbers,
+// the hash chain, every referenced blob), and every recorded prompt hash
+// reproduced by rebuilding the prompt from the log.
 func Verify(ctx context.Context, src Source, runID string) (*Report, error) {
 	evs, err := src.Events(ctx, runID, 0, 0)
 	if err != nil {
@@ -51,8 +50,82 @@ func Verify(ctx context.Context, src Source, runID string) (*Report, error) {
 	if len(evs) == 0 {
 		return rep, fmt.Errorf("run %s has no events: %w", runID, store.ErrNotFound)
 	}
+	var head [32]byte
+	rep.Problems, rep.Blobs, head, _ = checkLog(ctx, src, evs)
+	rep.HeadHash = hex.EncodeToString(head[:])
 	add := func(seq int64, f string, a ...any) {
 		rep.Problems = append(rep.Problems, Problem{seq, fmt.Sprintf(f, a...)})
+	}
+	err = Prompts(ctx, src, evs, func(ev *store.Event, mc *ModelCall, req *model.Request) error {
+		rep.Prompts++
+		if h, _ := PromptHash(req); h != mc.PromptHash {
+			add(ev.Seq, "rebuilt prompt does not match the recorded prompt hash")
+		}
+		return nil
+	})
+	if err != nil {
+		add(0, "rebuild prompts: %v", err)
+	}
+	return rep, nil
+}
+
+// ErrDamaged is wrapped by CheckLog's error: a log that fails it must not be
+// acted on.
+var ErrDamaged = errors.New("run log damaged")
+
+// DamageError lists what CheckLog found wrong with a log.
+type DamageError struct {
+	RunID    string
+	Problems []Problem
+}
+
+func (e *DamageError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: run %s:", ErrDamaged, e.RunID)
+	for i, p := range e.Problems {
+		if i == 3 {
+			fmt.Fprintf(&b, " (and %d more)", len(e.Problems)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		fmt.Fprintf(&b, " seq %d: %s", p.Seq, p.Detail)
+	}
+	return b.String()
+}
+
+func (e *DamageError) Unwrap() error { return ErrDamaged }
+
+// CheckLog is what a worker checks before it resumes a run from its log
+// (engine does, on every load): sequence numbers contiguous from 1, every
+// hash link and every event hash recomputed, and every blob the log
+// references (BlobRefs) present, of its recorded size and matching its hash.
+// A log that fails is returned as a *DamageError wrapping ErrDamaged; a
+// blob store that could not answer (neither found damage nor the blob
+// missing) is returned as that error, so a passing outage is not taken for
+// tampering.
+func CheckLog(ctx context.Context, blobs store.BlobStore, evs []store.Event) error {
+	problems, _, _, ioErr := checkLog(ctx, blobs, evs)
+	if ioErr != nil {
+		return fmt.Errorf("check log: %w", ioErr)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	id := ""
+	if len(evs) > 0 {
+		id = evs[0].RunID
+	}
+	return &DamageError{RunID: id, Problems: problems}
+}
+
+// checkLog returns the problems found, the number of distinct blobs, the
+// head hash, and the first blob read that failed for another reason than
+// the blob being missing or damaged (it is also listed as a problem).
+func checkLog(ctx context.Context, blobs store.BlobStore, evs []store.Event) (problems []Problem, nblobs int, head [32]byte, ioErr error) {
+	add := func(seq int64, f string, a ...any) {
+		problems = append(problems, Problem{seq, fmt.Sprintf(f, a...)})
 	}
 	var prev [32]byte
 	seen := map[string]bool{}
@@ -68,74 +141,89 @@ func Verify(ctx context.Context, src Source, runID string) (*Report, error) {
 			add(ev.Seq, "event hash does not match its content (tampered)")
 		}
 		prev = ev.Hash
-		for _, c := range BlobRefs(ev.Payload) {
+		refs, err := BlobRefs(ev)
+		if err != nil {
+			add(ev.Seq, "%v", err)
+		}
+		for _, c := range refs {
 			if seen[c.Blob] {
 				continue
 			}
 			seen[c.Blob] = true
-			rep.Blobs++
+			nblobs++
 			sum, err := c.Sum()
 			if err != nil {
 				add(ev.Seq, "%v", err)
 				continue
 			}
-			data, err := src.GetBlob(ctx, sum)
-			if err != nil {
-				add(ev.Seq, "blob %s: %v", c.Blob[:12], err)
-				continue
-			}
-			if sha256.Sum256(data) != sum {
+			// GetBlob hashes what it reads and refuses bytes that do not
+			// match; the check here also covers a store that does not.
+			data, err := blobs.GetBlob(ctx, sum)
+			switch {
+			case errors.Is(err, store.ErrCorrupt):
 				add(ev.Seq, "blob %s: content does not match its hash (tampered)", c.Blob[:12])
-			}
-			if int64(len(data)) != c.Size {
+			case err != nil:
+				add(ev.Seq, "blob %s: %v", c.Blob[:12], err)
+				if !errors.Is(err, store.ErrNotFound) && ioErr == nil {
+					ioErr = err
+				}
+			case sha256.Sum256(data) != sum:
+				add(ev.Seq, "blob %s: content does not match its hash (tampered)", c.Blob[:12])
+			case int64(len(data)) != c.Size:
 				add(ev.Seq, "blob %s: size %d, recorded %d", c.Blob[:12], len(data), c.Size)
 			}
 		}
 	}
-	rep.HeadHash = hex.EncodeToString(prev[:])
-	err = Prompts(ctx, src, evs, func(ev *store.Event, mc *ModelCall, req *model.Request) error {
-		rep.Prompts++
-		if h, _ := PromptHash(req); h != mc.PromptHash {
-			add(ev.Seq, "rebuilt prompt does not match the recorded prompt hash")
-		}
-		return nil
-	})
-	if err != nil {
-		add(0, "rebuild prompts: %v", err)
-	}
-	return rep, nil
+	return problems, nblobs, prev, ioErr
 }
 
-// BlobRefs finds every Content-shaped object with a blob reference in an
-// event payload (the blobs Verify checks and a golden log must carry).
-func BlobRefs(payload []byte) []Content {
-	if !bytes.Contains(payload, []byte(`"blob"`)) {
-		return nil
+// BlobRefs returns the blob references the platform recorded in ev: the
+// Content fields of the payload types that have them (run_started's system
+// prompt and tool definitions, tool_attempt and approval_requested
+// arguments, tool_result output, compaction notes). Only these count as a
+// run's blobs — for verification, for resuming and for who may read a blob
+// — because only the platform writes them, with hashes of content it
+// stored itself. A "blob" key anywhere else (in model output, tool
+// arguments, a message) is text a caller or a model chose, and names
+// nothing. Every Content field added to an event payload must be listed
+// here.
+func BlobRefs(ev *store.Event) ([]Content, error) {
+	var cs []Content
+	var err error
+	switch ev.Type {
+	case EvRunStarted:
+		var p RunStarted
+		err = json.Unmarshal(ev.Payload, &p)
+		cs = []Content{p.System, p.ToolDefs}
+	case EvToolAttempt:
+		var p ToolAttempt
+		err = json.Unmarshal(ev.Payload, &p)
+		cs = []Content{p.Args}
+	case EvToolResult:
+		var p ToolResult
+		err = json.Unmarshal(ev.Payload, &p)
+		cs = []Content{p.Output}
+	case EvApprovalReq:
+		var p ApprovalRequested
+		err = json.Unmarshal(ev.Payload, &p)
+		cs = []Content{p.Args}
+	case EvCompaction:
+		var p Compaction
+		err = json.Unmarshal(ev.Payload, &p)
+		cs = []Content{p.Note}
+	default:
+		return nil, nil
 	}
-	var v any
-	if err := json.Unmarshal(payload, &v); err != nil {
-		return nil
+	if err != nil {
+		return nil, fmt.Errorf("%s payload: %w", ev.Type, err)
 	}
-	var out []Content
-	var walk func(any)
-	walk = func(v any) {
-		switch x := v.(type) {
-		case map[string]any:
-			if b, ok := x["blob"].(string); ok {
-				size, _ := x["size"].(float64)
-				out = append(out, Content{Blob: b, Size: int64(size)})
-			}
-			for _, e := range x {
-				walk(e)
-			}
-		case []any:
-			for _, e := range x {
-				walk(e)
-			}
+	out := cs[:0]
+	for _, c := range cs {
+		if c.IsBlob() {
+			out = append(out, c)
 		}
 	}
-	walk(v)
-	return out
+	return out, nil
 }
 
 // Prompts rebuilds, from the log alone, the exact request of every model

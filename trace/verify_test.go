@@ -85,7 +85,10 @@ func buildLog(t *testing.T) (*memSource, map[string]int64) {
 
 func blobOf(t *testing.T, src *memSource, seq int64) [32]byte {
 	t.Helper()
-	refs := trace.BlobRefs(src.events[seq-1].Payload)
+	refs, err := trace.BlobRefs(&src.events[seq-1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(refs) != 1 {
 		t.Fatalf("seq %d references %d blobs", seq, len(refs))
 	}

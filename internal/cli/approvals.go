@@ -114,7 +114,7 @@ func (c *command) signalRun(kind string, args []string) error {
 	if store.Terminal(run.Status) {
 		return exitCode{1, fmt.Sprintf("run %s already ended (%s)", run.ID, run.Status)}
 	}
-	payload, _ := json.Marshal(map[string]string{"text": *text})
+	payload, _ := trace.MessagePayload(*text)
 	if kind == trace.SignalCancel {
 		payload = []byte(`{}`)
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -237,6 +238,9 @@ func (r *remoteSource) GetBlob(ctx context.Context, sum [32]byte) ([]byte, error
 	b, err := r.cl.Blob(ctx, r.runID, hex.EncodeToString(sum[:]))
 	if apiclient.IsNotFound(err) {
 		return nil, fmt.Errorf("blob %x: %w", sum, store.ErrNotFound)
+	}
+	if err == nil && sha256.Sum256(b) != sum {
+		return nil, fmt.Errorf("blob %x as served: %w", sum, store.ErrCorrupt)
 	}
 	return b, err
 }

@@ -112,7 +112,11 @@ func Export(ctx context.Context, st store.Store, name, description, recordedWith
 			if err := checkPayload(&evs[i]); err != nil {
 				return err
 			}
-			for _, c := range trace.BlobRefs(evs[i].Payload) {
+			refs, err := trace.BlobRefs(&evs[i])
+			if err != nil {
+				return fmt.Errorf("golden: run %s seq %d: %w", id, evs[i].Seq, err)
+			}
+			for _, c := range refs {
 				sum, err := c.Sum()
 				if err != nil {
 					return fmt.Errorf("golden: run %s seq %d: %w", id, evs[i].Seq, err)

@@ -512,7 +512,8 @@ func countType(evs []store.Event, typ string) int {
 func blobRefCount(evs []store.Event) int {
 	seen := map[string]bool{}
 	for _, ev := range evs {
-		for _, c := range trace.BlobRefs(ev.Payload) {
+		refs, _ := trace.BlobRefs(&ev) // a payload that does not decode fails verification elsewhere
+		for _, c := range refs {
 			seen[c.Blob] = true
 		}
 	}
@@ -521,7 +522,8 @@ func blobRefCount(evs []store.Event) int {
 
 func referencesBlob(evs []store.Event, sum [32]byte) bool {
 	for _, ev := range evs {
-		for _, c := range trace.BlobRefs(ev.Payload) {
+		refs, _ := trace.BlobRefs(&ev)
+		for _, c := range refs {
 			if s, err := c.Sum(); err == nil && s == sum {
 				return true
 			}

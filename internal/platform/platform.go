@@ -405,6 +405,9 @@ func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, er
 	if r.ID == "" {
 		r.ID = NewRunID()
 	}
+	// A secret pasted into the task is never stored: the run, its log and
+	// the model get the placeholder instead.
+	r.Task, _ = trace.UserText(r.Task)
 	if len(r.Bindings) > 0 {
 		var pr *authz.Principal
 		if p.Principals != nil {

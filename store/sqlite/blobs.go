@@ -29,13 +29,12 @@ func (b *blobDir) path(sum [32]byte) string {
 }
 
 // PutBlob implements store.BlobStore: write to a temporary file, fsync,
-// rename into place, fsync the directory. An existing blob is not rewritten.
+// rename into place, fsync the directory. An existing blob is replaced, not
+// trusted: its bytes may have been damaged since they were written, and
+// skipping the write would let a caller time whether content exists.
 func (s *Store) PutBlob(ctx context.Context, data []byte) ([32]byte, error) {
 	sum := sha256.Sum256(data)
 	p := s.blobs.path(sum)
-	if st, err := os.Stat(p); err == nil && st.Size() == int64(len(data)) {
-		return sum, nil
-	}
 	dir := filepath.Dir(p)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return sum, err
@@ -67,14 +66,20 @@ func (s *Store) PutBlob(ctx context.Context, data []byte) ([32]byte, error) {
 	return sum, nil
 }
 
-// GetBlob implements store.BlobStore. It does not verify the hash; callers
-// that need integrity (trace verify) check it.
+// GetBlob implements store.BlobStore: the bytes read are hashed, and bytes
+// that do not match sum are refused with store.ErrCorrupt.
 func (s *Store) GetBlob(ctx context.Context, sum [32]byte) ([]byte, error) {
 	data, err := os.ReadFile(s.blobs.path(sum))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("blob %x: %w", sum, store.ErrNotFound)
 	}
-	return data, err
+	if err != nil {
+		return nil, err
+	}
+	if sha256.Sum256(data) != sum {
+		return nil, fmt.Errorf("blob %x: %w", sum, store.ErrCorrupt)
+	}
+	return data, nil
 }
 
 // BlobSize implements store.BlobStore.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -483,5 +484,49 @@ func TestCloseWhileAppending(t *testing.T) {
 		if int64(len(evs)) < acked[i] {
 			t.Errorf("%s: %d events on disk, %d acknowledged", id, len(evs), acked[i])
 		}
+	}
+}
+
+// TestTamperedBlobRefusedAndRepaired (issue 15, class 4): bytes on disk
+// that no longer match their hash are never returned, whatever the damage
+// (one flipped bit, same size; a truncated file; another blob's bytes), and
+// the next put of the right content rewrites the file.
+func TestTamperedBlobRefusedAndRepaired(t *testing.T) {
+	other := []byte("another blob's perfectly valid content")
+	cases := []struct {
+		name   string
+		damage func(data []byte) []byte
+	}{
+		{"flipped byte", func(d []byte) []byte { d = bytes.Clone(d); d[100] ^= 1; return d }},
+		{"truncated", func(d []byte) []byte { return d[:len(d)/2] }},
+		{"swapped for another blob", func([]byte) []byte { return other }},
+		{"emptied", func([]byte) []byte { return nil }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTemp(t)
+			ctx := context.Background()
+			data := bytes.Repeat([]byte("refund txn_1002 for c_88213; "), 200)
+			sum, err := s.PutBlob(ctx, data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(s.BlobPath(sum), tc.damage(data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.GetBlob(ctx, sum); !errors.Is(err, store.ErrCorrupt) || got != nil {
+				t.Fatalf("GetBlob of damaged blob = %d bytes, %v; want nothing and ErrCorrupt", len(got), err)
+			}
+			if again, err := s.PutBlob(ctx, data); err != nil || again != sum {
+				t.Fatalf("PutBlob again = %x, %v", again[:4], err)
+			}
+			got, err := s.GetBlob(ctx, sum)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("after the repairing put: %d bytes, %v", len(got), err)
+			}
+			if onDisk, _ := os.ReadFile(s.BlobPath(sum)); !bytes.Equal(onDisk, data) {
+				t.Fatal("the damaged file was not rewritten")
+			}
+		})
 	}
 }
