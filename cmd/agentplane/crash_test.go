@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentplane/agentplane/catalog"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -42,7 +44,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	p, err := platform.Open(ctx, platform.Options{DataDir: data, ModelsFile: filepath.Join(data, "demo", "models.yaml")})
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(t, data)}, DataDir: data, ModelsFile: filepath.Join(data, "demo", "models.yaml")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	}
 	refEvs, _ := p.Store.Events(ctx, ref.ID, 0, 0)
 	refShape := shape(refEvs)
-	refBank, _ := p.Bank.CountersForRun(ctx, ref.ID)
+	refBank, _ := bankOf(p).CountersForRun(ctx, ref.ID)
 
 	for _, r := range runs {
 		if r.Status != store.StatusCompleted {
@@ -98,7 +100,7 @@ func TestCrashSIGKILL(t *testing.T) {
 		if _, n, err := p.Engine.Verify(ctx, r.ID); err != nil || n != len(evs) {
 			t.Errorf("run %s: deterministic re-run consumed %d of %d events: %v", r.ID, n, len(evs), err)
 		}
-		got, _ := p.Bank.CountersForRun(ctx, r.ID)
+		got, _ := bankOf(p).CountersForRun(ctx, r.ID)
 		got.DuplicateCallsSuppressed = 0 // retries after a kill are expected and harmless
 		want := refBank
 		want.DuplicateCallsSuppressed = 0
@@ -106,7 +108,7 @@ func TestCrashSIGKILL(t *testing.T) {
 			t.Errorf("run %s: bank saw %+v, an uninterrupted run %+v", r.ID, got, want)
 		}
 	}
-	total, _ := p.Bank.Counters(ctx)
+	total, _ := bankOf(p).Counters(ctx)
 	t.Logf("bank after 51 runs: %+v", total)
 	if total.RefundsIssued != 51*refBank.RefundsIssued {
 		t.Errorf("bank issued %d refunds for 51 runs of %d each", total.RefundsIssued, refBank.RefundsIssued)
@@ -123,4 +125,28 @@ func shape(evs []store.Event) string {
 		b.WriteByte(' ')
 	}
 	return b.String()
+}
+
+// openBank opens the card-dispute bank in a data directory, as the CLI
+// does, for the platform to register its tools (and close it).
+func openBank(tb testing.TB, dataDir string) *bank.Bank {
+	tb.Helper()
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// bankOf returns the bank a platform was opened with.
+func bankOf(p *platform.Platform) *bank.Bank {
+	for _, r := range p.Tools {
+		if b, ok := r.(*bank.Bank); ok {
+			return b
+		}
+	}
+	panic("platform opened without the bank")
 }

@@ -182,7 +182,7 @@ var usageLines = map[string]string{
 	"reject":       "agentplane reject APPROVAL_ID --as USER [--comment TEXT]",
 	"edit":         "agentplane edit APPROVAL_ID --as USER --args JSON [--comment TEXT]",
 	"bank":         "agentplane bank [--json] [--check-one-refund-per-run] | bank generate [--customer ID] [--count N] [--seed S]",
-	"demo":         "agentplane demo [--data DIR] [--analysis auto|on|off] [--setup-only]",
+	"demo":         "agentplane demo [--example card-dispute|helpdesk] [--data DIR] [--analysis auto|on|off] [--setup-only]",
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
@@ -224,7 +224,26 @@ func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Pla
 	if extra != nil {
 		extra(&o)
 	}
-	return platform.Open(c.ctx, o)
+	// The examples' worlds live in the data directory; their tools are
+	// registered in every platform the CLI opens (examples.go).
+	o.ProviderTypes = exampleProviders()
+	if o.DataDir != "" {
+		tools, err := openExampleWorlds(c.ctx, o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		o.Tools = append(o.Tools, tools...)
+	}
+	p, err := platform.Open(c.ctx, o)
+	if err != nil {
+		for _, t := range o.Tools {
+			if e, ok := t.(interface{ Close() error }); ok {
+				e.Close()
+			}
+		}
+		return nil, err
+	}
+	return p, nil
 }
 
 // parseAndOpen parses a command's flags (interleaved with its positional

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/agentplane/agentplane/catalog"
+	"github.com/agentplane/agentplane/eval"
+	"github.com/agentplane/agentplane/examples/carddispute"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	cdsim "github.com/agentplane/agentplane/examples/carddispute/simmodel"
+	cdworld "github.com/agentplane/agentplane/examples/carddispute/world"
+	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/model"
+)
+
+// example is one runnable example compiled into the binary: its simulated
+// world (whose tools every platform the CLI opens registers, with the
+// world's state in the data directory), its simulated model for evals, and
+// its demo.
+type example struct {
+	name  string
+	world eval.World
+	// providers are the model provider types the example adds (its
+	// simulated model).
+	providers map[string]func() model.Provider
+	demo      demoSpec
+}
+
+// examples is the one explicit list of the examples this binary knows. An
+// example or a team's agent is added here, and nowhere else: the platform
+// packages do not know them.
+var examples = []example{cardDisputeExample}
+
+var cardDisputeExample = example{
+	name:      "card-dispute",
+	world:     cdworld.World{},
+	providers: map[string]func() model.Provider{cdsim.ProviderType: func() model.Provider { return cdsim.New(cdsim.Options{}) }},
+	demo: demoSpec{
+		title: "card dispute at a bank", files: carddispute.FS, agent: "card-dispute-assistant", task: DemoTask,
+		tenant: DemoTenant, user: DemoUser, approver: DemoSupervisor, users: demoUsers,
+		bindings: map[string]string{"customer_id": bank.CustomerID},
+		comment:  "duplicate charge confirmed against the statement",
+		report:   reportCardDispute,
+	},
+}
+
+// findExample returns the example called name.
+func findExample(name string) (*example, error) {
+	var names []string
+	for i := range examples {
+		if examples[i].name == name {
+			return &examples[i], nil
+		}
+		names = append(names, examples[i].name)
+	}
+	return nil, exitCode{2, fmt.Sprintf("unknown example %q (known: %s)", name, strings.Join(names, ", "))}
+}
+
+// exampleWorlds are the examples' eval worlds, for eval sets to name.
+func exampleWorlds() []eval.World {
+	out := make([]eval.World, len(examples))
+	for i, e := range examples {
+		out[i] = e.world
+	}
+	return out
+}
+
+// exampleProviders are the model provider types the examples add.
+func exampleProviders() map[string]func() model.Provider {
+	out := map[string]func() model.Provider{}
+	for _, e := range examples {
+		for t, mk := range e.providers {
+			out[t] = mk
+		}
+	}
+	return out
+}
+
+// openExampleWorlds opens every example's world in the data directory (its
+// seed state, kept there across commands) for the platform to register.
+func openExampleWorlds(ctx context.Context, dataDir string) ([]catalog.Registrar, error) {
+	var out []catalog.Registrar
+	closeAll := func() {
+		for _, r := range out {
+			r.(eval.Env).Close()
+		}
+	}
+	for _, e := range examples {
+		fx, err := e.world.Fixture(nil, "")
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("example %s: %w", e.name, err)
+		}
+		env, err := e.world.Open(ctx, dataDir, fx)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("example %s: %w", e.name, err)
+		}
+		out = append(out, env)
+	}
+	return out, nil
+}
+
+// bankOf returns the card-dispute bank of a platform the CLI opened.
+func bankOf(p *platform.Platform) (*bank.Bank, error) {
+	for _, r := range p.Tools {
+		if e, ok := r.(cdworld.Env); ok {
+			return e.Bank, nil
+		}
+	}
+	return nil, fmt.Errorf("the card-dispute bank is not open")
+}
+
+// demoSpec is what `agentplane demo --example NAME` plays.
+type demoSpec struct {
+	title string
+	// files returns the example's definition files (agent.yaml,
+	// tools.yaml, turns.yaml, models.yaml at its root).
+	files func() fs.FS
+	agent, task                   string
+	tenant, user, approver        string
+	users                         map[string][]string
+	bindings                      map[string]string
+	// comment is the approver's comment on approvals it grants.
+	comment string
+	// report prints what the run did to the example's world.
+	report func(c *command, p *platform.Platform) error
+}
