@@ -101,7 +101,7 @@ tasks:
 		return Call{Tool: tool, Args: []byte(args), Status: status, Effective: status, args: v}
 	}
 	good := &Outcome{Status: "completed", Steps: 5, CostMicros: 1_500_000, Currency: "INR",
-		Calls: []Call{call("raise_dispute", `{"customer_id":"c_88213"}`, "ok"), call("send_email", `{"to":"asha.rao@mail.example"}`, "ok")},
+		Calls:   []Call{call("raise_dispute", `{"customer_id":"c_88213"}`, "ok"), call("send_email", `{"to":"asha.rao@mail.example"}`, "ok")},
 		Records: map[string][]map[string]any{"puts": {{"key": "txn_1002", "value": mustNumber("12499")}, {"key": "asha.rao@mail.example"}}}}
 	if f := Grade(task, good); len(f) != 0 {
 		t.Fatalf("good outcome failed: %v", f)

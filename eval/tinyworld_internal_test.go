@@ -90,7 +90,6 @@ func (e *tinyEnv) Records(_ context.Context, runID string) (map[string][]map[str
 
 func (e *tinyEnv) Close() error { return nil }
 
-
 const tinyTools = `name: put
 description: Store a value under a key.
 connector: tiny

@@ -182,7 +182,7 @@ var usageLines = map[string]string{
 	"reject":       "agentplane reject APPROVAL_ID --as USER [--comment TEXT]",
 	"edit":         "agentplane edit APPROVAL_ID --as USER --args JSON [--comment TEXT]",
 	"bank":         "agentplane bank [--json] [--check-one-refund-per-run] | bank generate [--customer ID] [--count N] [--seed S]",
-	"demo":         "agentplane demo [--example card-dispute|helpdesk] [--data DIR] [--analysis auto|on|off] [--setup-only]",
+	"demo":         "agentplane demo [--example NAME] [--data DIR] [--analysis auto|on|off] [--setup-only]",
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",

@@ -83,7 +83,7 @@ func (c *command) demo(args []string) error {
 	fs.Lookup("data").DefValue = ""
 	cm.data = ""
 	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them; run nothing")
-	exName := fs.String("example", "card-dispute", "the example to play (card-dispute, helpdesk)")
+	exName := fs.String("example", cardDisputeExample.name, "the example to play (one of the binary's examples, examples.go)")
 	analysis := fs.String("analysis", "auto", "the Python analysis step in a gVisor sandbox: auto (when runsc and the guest are found), on or off")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err

@@ -119,11 +119,11 @@ type demoSpec struct {
 	title string
 	// files returns the example's definition files (agent.yaml,
 	// tools.yaml, turns.yaml, models.yaml at its root).
-	files func() fs.FS
-	agent, task                   string
-	tenant, user, approver        string
-	users                         map[string][]string
-	bindings                      map[string]string
+	files                  func() fs.FS
+	agent, task            string
+	tenant, user, approver string
+	users                  map[string][]string
+	bindings               map[string]string
 	// comment is the approver's comment on approvals it grants.
 	comment string
 	// report prints what the run did to the example's world.
