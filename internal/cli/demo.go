@@ -123,8 +123,11 @@ func (c *command) demo(args []string) error {
 		return nil
 	}
 	// The dispute needs no sandbox: open without one, whatever was found.
+	// An example whose demo run uses one keeps the sandbox flags.
 	dm := cm
-	dm.guest, dm.runsc = "", ""
+	if !spec.sandbox {
+		dm.guest, dm.runsc = "", ""
+	}
 	p, err := c.open(&dm, nil)
 	if err != nil {
 		return err
