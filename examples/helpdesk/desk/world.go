@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"github.com/agentplane/agentplane/eval"
 )
@@ -34,7 +35,11 @@ func (World) Name() string { return WorldName }
 func (World) Tools() []string { return ToolNames() }
 
 // Variables implements eval.World.
-func (World) Variables() []string { return []string{"requester.email", "requester.id", "requester.name"} }
+// requester.admin is the requester's own admin account (adm_ and the same
+// number), whether or not it exists.
+func (World) Variables() []string {
+	return []string{"requester.admin", "requester.email", "requester.id", "requester.name"}
+}
 
 // Records implements eval.World.
 func (World) Records() map[string][]string {
@@ -49,7 +54,11 @@ type TaskFixture struct {
 
 // Vars implements eval.Fixture.
 func (f *TaskFixture) Vars() map[string]string {
-	return map[string]string{"requester.id": f.Requester.ID, "requester.email": f.Requester.Email, "requester.name": f.Requester.Name}
+	admin := ""
+	if n, ok := strings.CutPrefix(f.Requester.ID, "s_"); ok {
+		admin = "adm_" + n
+	}
+	return map[string]string{"requester.id": f.Requester.ID, "requester.admin": admin, "requester.email": f.Requester.Email, "requester.name": f.Requester.Name}
 }
 
 var reStaffInText = regexp.MustCompile(`\bs_[0-9]{1,8}\b`)
