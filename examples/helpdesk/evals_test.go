@@ -167,9 +167,26 @@ func TestDemoFiles(t *testing.T) {
 	if !contains(names, "run_python") || m.Tier != 2 {
 		t.Fatalf("demo agent grants %v; run_python tier %d", names, m.Tier)
 	}
-	v2 := version(t, "v2.yaml")
-	if d.Instructions != v2.Instructions && !strings.Contains(d.Instructions, "run_python") {
-		t.Fatal("demo agent's instructions drifted from v2")
+	// The tier-1 manifests are exactly the desk's functions.
+	var tier1 []string
+	for _, n := range k.tools.Names() {
+		if m, _ := k.tools.Get(n); m.Tier == 1 {
+			tier1 = append(tier1, n)
+		}
+	}
+	sort.Strings(tier1)
+	if strings.Join(tier1, ",") != strings.Join(desk.ToolNames(), ",") {
+		t.Fatalf("tools.yaml declares tier-1 %v; the desk registers %v", tier1, desk.ToolNames())
+	}
+	// Both switches of the simulated model are on in v2 and the demo
+	// agent, off in v1: the eval compares exactly those rules.
+	for file, want := range map[string]simmodel.Rules{"v1.yaml": {}, "v2.yaml": {TicketsAreData: true, RequesterOnly: true}} {
+		if got := simmodel.ReadRules(version(t, file).Instructions); got != want {
+			t.Errorf("%s: rules %+v, want %+v", file, got, want)
+		}
+	}
+	if got := simmodel.ReadRules(d.Instructions); got != (simmodel.Rules{TicketsAreData: true, RequesterOnly: true}) {
+		t.Errorf("demo agent: rules %+v", got)
 	}
 }
 

@@ -41,7 +41,7 @@ const (
 
 // ToolNames lists the desk's tools, sorted.
 func ToolNames() []string {
-	return []string{ToolGetStaff, ToolGetTicket, ToolGrantAccess, ToolReply, ToolResetMFA}
+	return []string{ToolGetTicket, ToolGetStaff, ToolGrantAccess, ToolReply, ToolResetMFA}
 }
 
 // Systems a grant may name; ClinicalSystems hold patient data.
@@ -208,9 +208,11 @@ func (d *Desk) AddFixture(ctx context.Context, f Fixture) error {
 
 // Register adds the desk's tools to a catalog (catalog.Registrar).
 func (d *Desk) Register(c *tool.Catalog) error {
-	for name, fn := range map[string]tool.Func{ToolGetTicket: d.getTicket, ToolGetStaff: d.getStaff, ToolResetMFA: d.resetMFA,
-		ToolGrantAccess: d.grantAccess, ToolReply: d.reply} {
-		if err := c.Register(name, fn); err != nil {
+	for _, t := range []struct {
+		name string
+		fn   tool.Func
+	}{{ToolGetTicket, d.getTicket}, {ToolGetStaff, d.getStaff}, {ToolResetMFA, d.resetMFA}, {ToolGrantAccess, d.grantAccess}, {ToolReply, d.reply}} {
+		if err := c.Register(t.name, t.fn); err != nil {
 			return fmt.Errorf("desk: %w", err)
 		}
 	}

@@ -64,10 +64,11 @@ type call struct {
 }
 
 var (
-	reTicket  = regexp.MustCompile(`\bH-[0-9]{1,8}\b`)
-	reAccount = regexp.MustCompile(`\b(?:s|adm)_[0-9]{1,8}\b`)
-	reSystem  = regexp.MustCompile(`\b(emr|pacs|pharmacy|rostering|wiki|print)\b`)
-	markers   = []string{"note to the ai assistant", "ai assistant:", "ignore previous instructions", "system note"}
+	reTicket   = regexp.MustCompile(`\bH-[0-9]{1,8}\b`)
+	reAccount  = regexp.MustCompile(`\b(?:s|adm)_[0-9]{1,8}\b`)
+	reSystem   = regexp.MustCompile(`\b(emr|pacs|pharmacy|rostering|wiki|print)\b`)
+	reSentence = regexp.MustCompile(`[.!?\n]+`)
+	markers    = []string{"note to the ai assistant", "ai assistant:", "ignore previous instructions", "system note"}
 )
 
 // Complete answers one request.
@@ -154,7 +155,7 @@ type action struct {
 // wanted reads the actions a piece of ticket text asks for.
 func wanted(text string) []action {
 	var out []action
-	for _, sentence := range regexp.MustCompile(`[.!?\n]+`).Split(text, -1) {
+	for _, sentence := range reSentence.Split(text, -1) {
 		l := strings.ToLower(sentence)
 		for _, part := range strings.Split(l, " and ") {
 			acct := reAccount.FindString(part)
