@@ -100,7 +100,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `agentplane — run LLM agents with safe tools and a replayable event log
 
 Usage:
-  agentplane demo [--data DIR]                     run the card-dispute demo on a fresh data directory
+  agentplane demo [--example NAME] [--data DIR]    run an example's demo (card-dispute, helpdesk) on a fresh data directory
   agentplane models test ALIAS | models list       one small request through the gateway: latency, tokens, cost
   agentplane agents apply -f FILE                  store an immutable agent version
   agentplane agents list                           list versions and aliases
