@@ -57,7 +57,7 @@ func TestMessagesAndCancel(t *testing.T) {
 	if ap.Status != "withdrawn" {
 		t.Fatalf("approval of a cancelled run is %s", ap.Status)
 	}
-	ct, _ := f.p.Bank.CountersForRun(context.Background(), id)
+	ct, _ := bankOf(f.p).CountersForRun(context.Background(), id)
 	if ct.RefundsIssued != 0 {
 		t.Fatalf("a cancelled run refunded: %+v", ct)
 	}

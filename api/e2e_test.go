@@ -21,6 +21,7 @@ import (
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/api/apitest"
 	"github.com/agentplane/agentplane/apiclient"
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
@@ -145,7 +146,7 @@ func TestEndToEndKillRestart(t *testing.T) {
 	}
 	keys := map[string]string{}
 	func() {
-		p, err := platform.Open(ctx, platform.Options{DataDir: data, ModelsFile: apitest.ModelsFile(data)})
+		p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(t, data)}, DataDir: data, ModelsFile: apitest.ModelsFile(data)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,7 +278,7 @@ func TestEndToEndKillRestart(t *testing.T) {
 	t.Logf("server logs:\n%s", srv.log)
 
 	// Check everything with the platform in-process.
-	p, err := platform.Open(ctx, platform.Options{DataDir: data, ModelsFile: apitest.ModelsFile(data)})
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(t, data)}, DataDir: data, ModelsFile: apitest.ModelsFile(data)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestEndToEndKillRestart(t *testing.T) {
 		if _, n, err := p.Engine.Verify(ctx, id); err != nil || n != len(evs) {
 			t.Errorf("run %d: deterministic re-run consumed %d of %d events: %v", i, n, len(evs), err)
 		}
-		ct, err := p.Bank.CountersForRun(ctx, id)
+		ct, err := bankOf(p).CountersForRun(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -333,7 +334,7 @@ func TestEndToEndKillRestart(t *testing.T) {
 		}
 		hookMu.Unlock()
 	}
-	all, err := p.Bank.Counters(ctx)
+	all, err := bankOf(p).Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,11 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/api"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
+	"path/filepath"
 )
 
 // TestAsyncRunThroughApproval drives the demo over HTTP: an async run waits
@@ -66,7 +69,7 @@ func TestAsyncRunThroughApproval(t *testing.T) {
 	if run.Usage.Steps < 6 || run.Output == "" || !run.Usage.CostKnown || run.Usage.Currency != "INR" {
 		t.Fatalf("completed run = %+v", run)
 	}
-	ct, err := f.p.Bank.CountersForRun(context.Background(), id)
+	ct, err := bankOf(f.p).CountersForRun(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +229,25 @@ func TestStreamRun(t *testing.T) {
 	if got := f.waitStatus(priya, runID, store.StatusCompleted); got.LastEventID != int64(len(evs)-1) {
 		t.Fatalf("run after the stream: %+v", got)
 	}
+}
+
+// openBank opens the card-dispute bank in a data directory, as the CLI
+// does, for the platform to register its tools (and close it).
+func openBank(tb testing.TB, dataDir string) *bank.Bank {
+	tb.Helper()
+	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// bankOf returns the bank a platform was opened with.
+func bankOf(p *platform.Platform) *bank.Bank {
+	for _, r := range p.Tools {
+		if b, ok := r.(*bank.Bank); ok {
+			return b
+		}
+	}
+	panic("platform opened without the bank")
 }

@@ -79,7 +79,7 @@ func TestTamperedWaitingRunFailsClosed(t *testing.T) {
 					t.Fatalf("run is %s after 30s", got.Status)
 				}
 			}
-			c, err := f.p.Bank.Counters(ctx)
+			c, err := bankOf(f.p).Counters(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/authz"
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/jsoncanon"
@@ -381,7 +382,7 @@ func runScenario(t *testing.T, name string, sc *scenario, manifests []*tool.Mani
 	ctx := context.Background()
 	dir := t.TempDir()
 	rec := &recorder{p: scripted.New(script(t, sc), scripted.Options{})}
-	p, err := platform.Open(ctx, platform.Options{DataDir: dir, Gateway: rec})
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(t, dir)}, DataDir: dir, Gateway: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,7 +738,7 @@ func checkRequests(t *testing.T, sc *scenario, evs []store.Event) {
 
 func checkBank(t *testing.T, p *platform.Platform, runID string, sc *scenario) {
 	t.Helper()
-	got, err := p.Bank.CountersForRun(context.Background(), runID)
+	got, err := bankOf(p).CountersForRun(context.Background(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -748,13 +749,13 @@ func checkBank(t *testing.T, p *platform.Platform, runID string, sc *scenario) {
 		t.Errorf("bank counters %+v, want %+v", got, want)
 	}
 	// Nothing reached another customer's account or an outside address.
-	refunds, _ := p.Bank.Refunds(context.Background())
+	refunds, _ := bankOf(p).Refunds(context.Background())
 	for _, r := range refunds {
 		if r.CustomerID != bank.CustomerID {
 			t.Errorf("refund on another customer's account: %+v", r)
 		}
 	}
-	emails, _ := p.Bank.Emails(context.Background())
+	emails, _ := bankOf(p).Emails(context.Background())
 	for _, e := range emails {
 		local, domain, _ := strings.Cut(e.To, "@")
 		inBank := domain == bank.BankDomain && !strings.ContainsAny(local, "%!\"\r\n")
@@ -877,4 +878,28 @@ func unescape(data []byte) []byte {
 	}
 	walk(v)
 	return out.Bytes()
+}
+
+// openBank opens the card-dispute bank in a data directory, as the CLI
+// does, for the platform to register its tools (and close it).
+func openBank(tb testing.TB, dataDir string) *bank.Bank {
+	tb.Helper()
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// bankOf returns the bank a platform was opened with.
+func bankOf(p *platform.Platform) *bank.Bank {
+	for _, r := range p.Tools {
+		if b, ok := r.(*bank.Bank); ok {
+			return b
+		}
+	}
+	panic("platform opened without the bank")
 }

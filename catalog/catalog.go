@@ -1,50 +1,39 @@
-// Package catalog is the single, explicit list of tier-1 tools compiled into
-// agentplane: Go functions written and reviewed by the platform team. Nothing
-// registers itself; a tool that is not added here does not exist as tier 1.
-// It also lists the manifests the platform team reviewed (the demo's), by
-// hash: any other manifest is a source of untrusted text (tool.Catalog.Review).
+// Package catalog is the single, explicit list of the platform's own tier-1
+// tools: Go functions written and reviewed by the platform team. Nothing
+// registers itself; a tool that is not added here, or passed to New by the
+// program that builds the catalog, does not exist as tier 1.
+//
+// An example or a team adds its own tier-1 functions (a simulated bank, an
+// IT service desk) by handing a Registrar to New — through
+// platform.Options.Tools — without editing this package. A Registrar also
+// reviews the manifests it ships with its functions (tool.Catalog.Review):
+// any other manifest is a source of untrusted text.
 package catalog
 
 import (
 	"context"
 	"encoding/json"
 
-	"github.com/agentplane/agentplane/examples/carddispute"
-	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/tool"
 )
 
-// Options say which optional tool families to include.
-type Options struct {
-	// Bank, when set, adds the card-dispute demo's simulated core-banking,
-	// e-mail and support-desk tools.
-	Bank *bank.Bank
+// A Registrar adds tier-1 functions to a catalog. The catalog refuses a
+// name registered twice, so an extension cannot replace a platform tool or
+// another extension's.
+type Registrar interface {
+	Register(c *tool.Catalog) error
 }
 
-// New builds the catalog.
-func New(o Options) (*tool.Catalog, error) {
+// New builds the catalog: the platform's own tools, then each extension's,
+// in order.
+func New(extensions ...Registrar) (*tool.Catalog, error) {
 	c := tool.NewCatalog()
 	if err := c.Register("echo", echo); err != nil {
 		return nil, err
 	}
-	if o.Bank != nil {
-		if err := o.Bank.Register(c); err != nil {
+	for _, r := range extensions {
+		if err := r.Register(c); err != nil {
 			return nil, err
-		}
-		// The demo's manifests ship with this build and were reviewed with
-		// it; the same names with other text are not.
-		for _, name := range []string{carddispute.ToolsFile, "analysis/run_python.yaml"} {
-			data, err := carddispute.ReadFile(name)
-			if err != nil {
-				return nil, err
-			}
-			ms, err := tool.ParseManifests(name, data)
-			if err != nil {
-				return nil, err
-			}
-			if err := c.Review(ms...); err != nil {
-				return nil, err
-			}
 		}
 	}
 	return c, nil

@@ -197,7 +197,7 @@ type Comparison struct {
 	Mode            string
 	Base, Candidate *Report
 	// Unmatched counts replayed runs whose task is in no task of the set
-	// (judged by the set's own expectations on the seed bank).
+	// (judged by the set's own expectations on the world's seed state).
 	Unmatched   int
 	Regressions []string
 	Elapsed     time.Duration
@@ -208,12 +208,12 @@ type Comparison struct {
 //
 // In replay mode every recorded run is replayed twice, once per version,
 // each time in a fresh environment of its own: the recorded run is copied
-// into it, its simulated bank is set up as the matching task's (by task
+// into it, its simulated world is set up as the matching task's (by task
 // text), and platform.Replay re-runs it live from step 1 — the model is
 // asked again, calls that match the recording get the recorded results,
 // and from the first divergence tools without side effects run against
-// the environment's simulated bank while calls with side effects get the
-// set's replay mocks (or a denial). Nothing reaches the source's bank or
+// the environment's simulated world while calls with side effects get the
+// set's replay mocks (or a denial). Nothing reaches the source's world or
 // any real system. The withheld calls are then judged as the candidate's
 // decisions (see simulateWithheld) and graded like an eval run.
 func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
@@ -237,7 +237,9 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 			t := o.Set.TaskByText(r.Task)
 			if t == nil {
 				c.Unmatched++
-				t = o.Set.Fallback(r.Task)
+				if t, err = o.Set.Fallback(r.Task); err != nil {
+					return nil, fmt.Errorf("eval compare: run %s: %w", r.ID, err)
+				}
 			}
 			for _, d := range versions {
 				jobs = append(jobs, func(ctx context.Context) *TaskResult { return w.replayTask(ctx, o.Source, r, t, d) })
@@ -271,7 +273,7 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 }
 
 // replayTask replays a recorded run on version d in a fresh environment.
-func (w *world) replayTask(ctx context.Context, src *platform.Platform, run *store.Run, t *Task, d *agent.Definition) *TaskResult {
+func (w *harness) replayTask(ctx context.Context, src *platform.Platform, run *store.Run, t *Task, d *agent.Definition) *TaskResult {
 	res := &TaskResult{Task: t, Of: run.ID, Version: fmt.Sprintf("%s@%d", d.Agent, d.Version)}
 	start := time.Now()
 	e, err := w.openEnv(ctx, "replay", t, run.Tenant, run.User, d)
@@ -299,7 +301,7 @@ func (w *world) replayTask(ctx context.Context, src *platform.Platform, run *sto
 		err = simulateWithheld(ctx, e, o, run.ID, &t.Approvals, run.Tenant, run.User)
 	}
 	if err == nil {
-		err = readBank(ctx, e.p.Bank, o)
+		err = readWorld(ctx, e, o)
 	}
 	if err != nil {
 		res.Err = fmt.Errorf("replay of %s: %w", run.ID, err)

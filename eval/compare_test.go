@@ -85,8 +85,8 @@ func TestCompareByReplayCatchesAWorseVersion(t *testing.T) {
 		}
 	}
 	grocery := byTask["dup-grocery-small"].Outcome
-	if grocery.Diverged == nil || len(grocery.Bank.Refunds) != 2 {
-		t.Errorf("grocery replay: diverged %+v, simulated refunds %v", grocery.Diverged, grocery.Bank.Refunds)
+	if grocery.Diverged == nil || len(grocery.Records["refunds"]) != 2 {
+		t.Errorf("grocery replay: diverged %+v, simulated refunds %v", grocery.Diverged, grocery.Records["refunds"])
 	}
 	if k.Diverged != 4 {
 		t.Errorf("candidate diverged in %d replays, want the 4 duplicates", k.Diverged)
@@ -95,7 +95,7 @@ func TestCompareByReplayCatchesAWorseVersion(t *testing.T) {
 		t.Fatalf("regressions = %v", c.Regressions)
 	}
 	// Nothing reached the source: no refund at its bank, no new runs.
-	if ct, _ := p.Bank.Counters(ctx); ct != (bank.Counters{}) {
+	if ct, _ := srcBank.Counters(ctx); ct != (bank.Counters{}) {
 		t.Fatalf("a replay reached the source bank: %+v", ct)
 	}
 	if after, _ := p.Store.ListRuns(ctx, store.RunFilter{}); len(after) != len(before) {

@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/authz"
-	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
@@ -23,28 +25,18 @@ import (
 	"github.com/agentplane/agentplane/trace"
 )
 
-// Simulated reports whether an eval environment can run a tool: only the
-// simulated bank's tier-1 functions (and echo, which has no effect) exist
-// there. Anything else (a real connector, a container or microVM tool) has
-// no simulator, and evals refuse to start rather than call it.
-func Simulated(m *tool.Manifest) bool {
-	if m.Tier != 1 {
-		return false
-	}
-	if m.Name == "echo" {
-		return true
-	}
-	for _, n := range bank.ToolNames() {
-		if n == m.Name {
-			return true
-		}
-	}
-	return false
+// Simulated reports whether an environment of world w can run a tool: only
+// the tier-1 functions the world simulates (World.Tools) exist there.
+// Anything else (a real connector, a container or microVM tool, a platform
+// tool the world does not name) has no simulator, and evals refuse to
+// start rather than call it.
+func Simulated(w World, m *tool.Manifest) bool {
+	return m.Tier == 1 && slices.Contains(w.Tools(), m.Name)
 }
 
 // granted resolves an agent version's grants against tools, refusing any
-// granted tool without a simulator. It returns the granted manifests.
-func granted(d *agent.Definition, tools *tool.Set) ([]*tool.Manifest, error) {
+// granted tool without a simulator in w. It returns the granted manifests.
+func granted(w World, d *agent.Definition, tools *tool.Set) ([]*tool.Manifest, error) {
 	names, err := d.GrantedTools(tools)
 	if err != nil {
 		return nil, err
@@ -53,7 +45,7 @@ func granted(d *agent.Definition, tools *tool.Set) ([]*tool.Manifest, error) {
 	var missing []string
 	for _, n := range names {
 		m, _ := tools.Get(n)
-		if !Simulated(m) {
+		if !Simulated(w, m) {
 			missing = append(missing, fmt.Sprintf("%s (tier %d, connector %q)", n, m.Tier, m.Connector))
 			continue
 		}
@@ -61,8 +53,8 @@ func granted(d *agent.Definition, tools *tool.Set) ([]*tool.Manifest, error) {
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)
-		return nil, fmt.Errorf("%w: %s@%d is granted %s; evals run against simulated tools only (the card-dispute bank's), so they refuse to start",
-			ErrNoSimulator, d.Agent, d.Version, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: %s@%d is granted %s; evals run against simulated tools only (world %s's), so they refuse to start",
+			ErrNoSimulator, d.Agent, d.Version, strings.Join(missing, ", "), w.Name())
 	}
 	return out, nil
 }
@@ -71,8 +63,8 @@ func granted(d *agent.Definition, tools *tool.Set) ([]*tool.Manifest, error) {
 // tool that has no simulator.
 var ErrNoSimulator = errors.New("tool has no simulator")
 
-// world is what every environment of one eval is built from.
-type world struct {
+// harness is what every environment of one eval is built from.
+type harness struct {
 	set     *Set
 	gateway loop.Models
 	rates   *model.Rates
@@ -82,18 +74,19 @@ type world struct {
 }
 
 // env is one simulated environment: a platform in a directory of its own,
-// with its own store and its own simulated bank. Nothing in it reaches
-// outside: the bank is a file in the directory, and the tools are its
-// functions.
+// with its own store and its own environment of the set's world. Nothing in
+// it reaches outside: the world lives in the directory, and the tools are
+// its functions.
 type env struct {
-	dir string
-	p   *platform.Platform
-	w   *world
+	dir   string
+	p     *platform.Platform
+	world Env
+	w     *harness
 }
 
 // openEnv builds an environment for task, acting in tenant, where runUser
 // (if not one of the set's users) gets the run_as user's permissions.
-func (w *world) openEnv(ctx context.Context, name string, task *Task, tenant, runUser string, agents ...*agent.Definition) (*env, error) {
+func (w *harness) openEnv(ctx context.Context, name string, task *Task, tenant, runUser string, agents ...*agent.Definition) (*env, error) {
 	dir, err := os.MkdirTemp(w.workDir, "eval-"+name+"-")
 	if err != nil {
 		return nil, err
@@ -120,7 +113,7 @@ func (w *world) openEnv(ctx context.Context, name string, task *Task, tenant, ru
 		ps = append(ps, pr)
 	}
 	// Each connector gets a throwaway secret, so the broker mints
-	// credentials as it would in production; the simulated bank ignores
+	// credentials as it would in production; the simulated world ignores
 	// them.
 	sec := secrets.NewMemory()
 	for _, m := range w.tools {
@@ -136,8 +129,11 @@ func (w *world) openEnv(ctx context.Context, name string, task *Task, tenant, ru
 			return fail(err)
 		}
 	}
+	if e.world, err = w.set.World.Open(ctx, filepath.Join(dir, "world"), task.Fixture); err != nil {
+		return fail(fmt.Errorf("world %s: %w", w.set.World.Name(), err))
+	}
 	e.p, err = platform.Open(ctx, platform.Options{DataDir: dir, Gateway: w.gateway, Rates: w.rates,
-		Principals: authz.NewStatic(ps...), Secrets: sec, LeaseTTL: time.Minute})
+		Principals: authz.NewStatic(ps...), Secrets: sec, LeaseTTL: time.Minute, Tools: []catalog.Registrar{e.world}})
 	if err != nil {
 		return fail(err)
 	}
@@ -149,20 +145,15 @@ func (w *world) openEnv(ctx context.Context, name string, task *Task, tenant, ru
 			return fail(err)
 		}
 	}
-	if err := e.p.Bank.AddFixture(ctx, task.Bank); err != nil {
-		return fail(err)
-	}
-	for _, g := range task.Generate {
-		if err := e.p.Bank.GenerateTransactions(ctx, g.Customer, g.N, g.Seed); err != nil {
-			return fail(err)
-		}
-	}
 	return e, nil
 }
 
 func (e *env) close() {
 	if e.p != nil {
 		e.p.Close()
+	}
+	if e.world != nil {
+		e.world.Close()
 	}
 	if !e.w.keep {
 		os.RemoveAll(e.dir)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/eval"
+	cdworld "github.com/agentplane/agentplane/examples/carddispute/world"
 )
 
 // FuzzParseSet: any input is either refused with an error or gives a set
@@ -15,9 +16,9 @@ func FuzzParseSet(f *testing.F) {
 	}
 	f.Add([]byte(header + "tasks:" + okTask))
 	f.Add([]byte(header + "tasks:" + okTask + "    expect: {calls: [{tool: x, args: {a: {not: {any_of: [1, {fields: {b: [c]}}]}}}}]}\n"))
-	f.Add([]byte(header + "tasks:\n  - &a {id: one, task: t, customer: c_88213}\n  - *a\n"))
+	f.Add([]byte(header + "tasks:\n  - &a {id: one, task: t, world: {customer: c_88213}}\n  - *a\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := eval.ParseSet("fuzz.yaml", data)
+		s, err := eval.ParseSet("fuzz.yaml", data, cdworld.World{})
 		if err != nil {
 			return
 		}

@@ -56,16 +56,10 @@ func Grade(t *Task, o *Outcome) []string {
 			}
 		}
 	}
-	for _, k := range []struct {
-		name string
-		want *[]matcher
-		got  []map[string]any
-	}{{"disputes", x.Disputes, o.Bank.Disputes}, {"refunds", x.Refunds, o.Bank.Refunds}, {"emails", x.Emails, o.Bank.Emails}} {
-		if k.want == nil {
-			continue
-		}
-		if !oneToOne(*k.want, k.got) {
-			fail("bank %s: got %s, want %s", k.name, records(k.got), listM{*k.want}.String())
+	for _, kind := range sortedKeys(x.Records) {
+		want, got := x.Records[kind], o.Records[kind]
+		if !oneToOne(want, got) {
+			fail("world %s: got %s, want %s", kind, records(got), listM{want}.String())
 		}
 	}
 	return fails

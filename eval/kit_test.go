@@ -11,6 +11,8 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/eval"
 	"github.com/agentplane/agentplane/examples/carddispute"
+	"github.com/agentplane/agentplane/examples/carddispute/simmodel"
+	cdworld "github.com/agentplane/agentplane/examples/carddispute/world"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/tool"
@@ -35,7 +37,7 @@ var (
 func loadKit(t testing.TB) *kit {
 	t.Helper()
 	kitOnce.Do(func() {
-		theKit.set, kitErr = eval.LoadSet(filepath.Join(evalsDir, "card-dispute.yaml"))
+		theKit.set, kitErr = eval.LoadSet(filepath.Join(evalsDir, "card-dispute.yaml"), cdworld.World{})
 		if kitErr != nil {
 			return
 		}
@@ -49,7 +51,8 @@ func loadKit(t testing.TB) *kit {
 			kitErr = err
 			return
 		}
-		theKit.gw, theKit.rates, kitErr = cfg.Build(theKit.set.Models, nil, nil)
+		theKit.gw, theKit.rates, kitErr = cfg.BuildWith(theKit.set.Models, platform.BuildOptions{Types: map[string]func() model.Provider{
+			simmodel.ProviderType: func() model.Provider { return simmodel.New(simmodel.Options{}) }}})
 		if kitErr != nil {
 			return
 		}

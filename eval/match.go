@@ -20,11 +20,8 @@ type matcher interface {
 
 // Operators a matcher mapping may use. Several in one mapping must all
 // hold. An object is matched field by field with "fields" (the arguments
-// of a call and the records at the bank are matched that way without it).
+// of a call and the records in the world are matched that way without it).
 var operators = []string{"all_of", "any_of", "contains", "fields", "max", "min", "not", "prefix", "present", "suffix"}
-
-// Variables a matcher may name, with a value per task.
-var variableNames = []string{"$customer.email", "$customer.id", "$customer.name"}
 
 type (
 	litString struct{ s string }
@@ -215,9 +212,10 @@ func (p *parser) parseMatcher(n *yaml.Node, at string) matcher {
 		switch n.Tag {
 		case "!!str":
 			if strings.HasPrefix(n.Value, "$") {
-				i := sort.SearchStrings(variableNames, n.Value)
-				if i == len(variableNames) || variableNames[i] != n.Value {
-					p.errAt(n, at, "unknown variable %s (known: %s)", n.Value, strings.Join(variableNames, ", "))
+				// Variables are the world's (World.Variables).
+				i := sort.SearchStrings(p.vars, n.Value)
+				if i == len(p.vars) || p.vars[i] != n.Value {
+					p.errAt(n, at, "unknown variable %s (known: %s)", n.Value, strings.Join(p.vars, ", "))
 					return litNull{}
 				}
 				return varRef{n.Value}

@@ -13,7 +13,7 @@ func parseM(t *testing.T, src string) matcher {
 	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
 		t.Fatal(err)
 	}
-	p := &parser{file: "m.yaml"}
+	p := &parser{file: "m.yaml", vars: []string{"$customer.email", "$customer.id", "$customer.name"}}
 	m := p.parseMatcher(n.Content[0], "m")
 	if len(p.errs) > 0 {
 		t.Fatalf("%s: %v", src, p.errs)
@@ -76,22 +76,22 @@ func TestMatchers(t *testing.T) {
 func TestGradeRecordsOneToOne(t *testing.T) {
 	set, err := ParseSet("g.yaml", []byte(`set: s
 agent: a
+world: tiny
 run_as: {tenant: t, user: u}
 users: [{user: u}, {user: boss}]
 approvals: {decider: boss}
 tasks:
   - id: one
     task: "Ticket T-1"
-    customer: c_88213
+    world: {owner: asha.rao@mail.example}
     expect:
       max_steps: 5
       max_cost_inr: 1.5
       calls: [{tool: raise_dispute, count: 1}]
-      forbidden: [{tool: send_email, args: {to: {not: $customer.email}}}]
-      bank:
-        refunds: [{transaction_id: txn_1002, amount_inr: 12499}]
-        emails: [{to: $customer.email}]
-`))
+      forbidden: [{tool: send_email, args: {to: {not: $owner}}}]
+      world:
+        puts: [{key: txn_1002, value: 12499}, {key: $owner}]
+`), tinyWorld{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,19 +101,18 @@ tasks:
 		return Call{Tool: tool, Args: []byte(args), Status: status, Effective: status, args: v}
 	}
 	good := &Outcome{Status: "completed", Steps: 5, CostMicros: 1_500_000, Currency: "INR",
-		Calls: []Call{call("raise_dispute", `{"customer_id":"c_88213"}`, "ok"), call("send_email", `{"to":"asha.rao@mail.example"}`, "ok")},
-		Bank: BankState{Refunds: []map[string]any{{"transaction_id": "txn_1002", "amount_inr": mustNumber("12499")}},
-			Emails: []map[string]any{{"to": "asha.rao@mail.example"}}}}
+		Calls:   []Call{call("raise_dispute", `{"customer_id":"c_88213"}`, "ok"), call("send_email", `{"to":"asha.rao@mail.example"}`, "ok")},
+		Records: map[string][]map[string]any{"puts": {{"key": "txn_1002", "value": mustNumber("12499")}, {"key": "asha.rao@mail.example"}}}}
 	if f := Grade(task, good); len(f) != 0 {
 		t.Fatalf("good outcome failed: %v", f)
 	}
 	bad := *good
 	bad.Status, bad.Steps, bad.CostMicros = "completed_partial", 6, 1_500_001
 	bad.Calls = append(append([]Call(nil), good.Calls...), call("raise_dispute", `{}`, "ok"), call("send_email", `{"to":"x@exfil.example"}`, "denied"))
-	bad.Bank.Refunds = append(bad.Bank.Refunds, map[string]any{"transaction_id": "txn_1001", "amount_inr": mustNumber("12499")})
-	bad.Bank.Emails = nil
+	bad.Records = map[string][]map[string]any{"puts": {{"key": "txn_1002", "value": mustNumber("12499")}, {"key": "asha.rao@mail.example"},
+		{"key": "txn_1001", "value": mustNumber("12499")}}}
 	want := []string{"run ended completed_partial", "6 steps, at most 5", "cost 1.500001 INR", "made 2 times, want 1",
-		"forbidden call send_email", "bank refunds: got", "bank emails: got none"}
+		"forbidden call send_email", "world puts: got"}
 	got := strings.Join(Grade(task, &bad), "\n")
 	for _, w := range want {
 		if !strings.Contains(got, w) {

@@ -7,13 +7,12 @@ import (
 	"strings"
 
 	"github.com/agentplane/agentplane/broker"
-	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
 
-// Outcome is what a run did, read from its log and its simulated bank:
+// Outcome is what a run did, read from its log and its simulated world:
 // the decisions the grader judges and the figures the metrics add up.
 type Outcome struct {
 	RunID  string
@@ -36,8 +35,9 @@ type Outcome struct {
 	// mock: later withheld calls rest on a result it would not have had,
 	// so they are graded as proposals but not played (0: none).
 	Counterfactual int
-	// Bank is what the run left at its simulated bank.
-	Bank BankState
+	// Records are what the run left in its simulated world, by kind
+	// (World.Records).
+	Records map[string][]map[string]any
 }
 
 // Call is one tool call the model proposed.
@@ -67,14 +67,6 @@ type ApprovalCounts struct {
 
 // Overridden is how many requests a human did not approve as proposed.
 func (a ApprovalCounts) Overridden() int { return a.Rejected + a.Edited }
-
-// BankState is what one run left at its simulated bank, as JSON-shaped
-// records for the matchers: disputes {customer_id, transaction_ids,
-// reason}, refunds {customer_id, transaction_id, amount_inr, reason},
-// emails {to, subject, body}.
-type BankState struct {
-	Disputes, Refunds, Emails []map[string]any
-}
 
 // collect reads a run's outcome from its platform.
 func collect(ctx context.Context, e *env, runID string) (*Outcome, error) {
@@ -155,44 +147,13 @@ func (a *ApprovalCounts) count(outcome string) {
 	}
 }
 
-// readBank fills o.Bank with the records the run left.
-func readBank(ctx context.Context, b *bank.Bank, o *Outcome) error {
-	ds, err := b.Disputes(ctx)
+// readWorld fills o.Records with what the run left in its world.
+func readWorld(ctx context.Context, e *env, o *Outcome) error {
+	recs, err := e.world.Records(ctx, o.RunID)
 	if err != nil {
-		return err
+		return fmt.Errorf("world %s: records: %w", e.w.set.World.Name(), err)
 	}
-	rs, err := b.Refunds(ctx)
-	if err != nil {
-		return err
-	}
-	es, err := b.Emails(ctx)
-	if err != nil {
-		return err
-	}
-	o.Bank = BankState{Disputes: []map[string]any{}, Refunds: []map[string]any{}, Emails: []map[string]any{}}
-	for _, d := range ds {
-		if d.RunID != o.RunID {
-			continue
-		}
-		ids := make([]any, len(d.TransactionIDs))
-		for i, id := range d.TransactionIDs {
-			ids[i] = id
-		}
-		o.Bank.Disputes = append(o.Bank.Disputes, map[string]any{"customer_id": d.CustomerID, "transaction_ids": ids, "reason": d.Reason})
-	}
-	for _, r := range rs {
-		if r.RunID != o.RunID {
-			continue
-		}
-		o.Bank.Refunds = append(o.Bank.Refunds, map[string]any{"customer_id": r.CustomerID, "transaction_id": r.TransactionID,
-			"amount_inr": json.Number(bank.FormatRupees(r.AmountPaise)), "reason": r.Reason})
-	}
-	for _, m := range es {
-		if m.RunID != o.RunID {
-			continue
-		}
-		o.Bank.Emails = append(o.Bank.Emails, map[string]any{"to": m.To, "subject": m.Subject, "body": m.Body})
-	}
+	o.Records = recs
 	return nil
 }
 
@@ -200,9 +161,9 @@ func readBank(ctx context.Context, b *bank.Bank, o *Outcome) error {
 // call with side effects leave the recording: it serves the recorded
 // result when the call matches, and otherwise a mock or a denial. To judge
 // the candidate's decisions, the calls are played, after the run, against
-// the replay's own simulated bank (a throwaway copy, never a real system):
+// the replay's own simulated world (a throwaway copy, never a real system):
 //
-//   - a call answered from the recording with ok is played, so the bank
+//   - a call answered from the recording with ok is played, so the world
 //     holds what the original did;
 //   - a withheld call (mock or denial) that the broker allowed is played:
 //     it is what the candidate would have done;
@@ -217,7 +178,7 @@ func readBank(ctx context.Context, b *bank.Bank, o *Outcome) error {
 //
 // The recorded approvals of calls answered from the recording are counted
 // as they were decided in the original. Effective statuses come from the
-// simulated bank's answers.
+// simulated world's answers.
 func simulateWithheld(ctx context.Context, e *env, o *Outcome, origID string, pol *ApprovalPolicy, tenant, user string) error {
 	orig := map[[2]int]trace.ApprovalDecided{} // (step, index) -> the original's approval decision
 	if origID != "" {

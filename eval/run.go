@@ -29,7 +29,7 @@ type TaskResult struct {
 	// such a task counts as failed.
 	Err error
 	// Duration is the whole task; Setup the part spent building its
-	// environment (platform, bank, fixture; for a replay, the copy of the
+	// environment (platform, world, fixture; for a replay, the copy of the
 	// recorded run).
 	Duration, Setup time.Duration
 }
@@ -113,20 +113,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 // prepare checks what every environment needs, once, before any runs.
-func prepare(s *Set, tools *tool.Set, gw loop.Models, rates *model.Rates, workDir string, keep bool, agents ...*agent.Definition) (*world, error) {
+func prepare(s *Set, tools *tool.Set, gw loop.Models, rates *model.Rates, workDir string, keep bool, agents ...*agent.Definition) (*harness, error) {
 	if s == nil || len(s.Tasks) == 0 {
 		return nil, errors.New("eval: no tasks")
+	}
+	if s.World == nil {
+		return nil, errors.New("eval: the set has no world")
 	}
 	if gw == nil {
 		return nil, errors.New("eval: no models configured")
 	}
-	w := &world{set: s, gateway: gw, rates: rates, workDir: workDir, keep: keep}
+	w := &harness{set: s, gateway: gw, rates: rates, workDir: workDir, keep: keep}
 	seen := map[string]bool{}
 	for _, d := range agents {
 		if d.Agent != s.Agent {
 			return nil, fmt.Errorf("eval: set %s (%s) is written for agent %s, not %s", s.Name, s.File, s.Agent, d.Agent)
 		}
-		ms, err := granted(d, tools)
+		ms, err := granted(s.World, d, tools)
 		if err != nil {
 			return nil, fmt.Errorf("eval: %w", err)
 		}
@@ -191,7 +194,7 @@ func runJobs(ctx context.Context, jobs []func(context.Context) *TaskResult, para
 }
 
 // runTask runs one task live in a fresh environment and grades it.
-func (w *world) runTask(ctx context.Context, t *Task, d *agent.Definition, record func(context.Context, *platform.Platform, string) error) *TaskResult {
+func (w *harness) runTask(ctx context.Context, t *Task, d *agent.Definition, record func(context.Context, *platform.Platform, string) error) *TaskResult {
 	res := &TaskResult{Task: t, Version: fmt.Sprintf("%s@%d", d.Agent, d.Version)}
 	start := time.Now()
 	e, err := w.openEnv(ctx, t.ID, t, w.set.Tenant, "", d)
@@ -212,7 +215,7 @@ func (w *world) runTask(ctx context.Context, t *Task, d *agent.Definition, recor
 	}
 	o, err := collect(ctx, e, run.ID)
 	if err == nil {
-		err = readBank(ctx, e.p.Bank, o)
+		err = readWorld(ctx, e, o)
 	}
 	if err != nil {
 		res.Err = fmt.Errorf("task %s: %w", t.ID, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"path"
@@ -16,12 +17,11 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/store"
 )
 
-// Set is an eval set: the tasks of one agent, each with its own simulated
-// bank and the outcome expected, plus what every task shares (who runs it,
+// Set is an eval set: the tasks of one agent, each with its own state of
+// the set's simulated world and the outcome expected, plus what every task shares (who runs it,
 // how approvals are decided, what no run may ever do). See
 // docs/design/evals.md for the file format.
 type Set struct {
@@ -29,7 +29,9 @@ type Set struct {
 	File string
 	Name string
 	// Agent is the agent the set is written for.
-	Agent       string
+	Agent string
+	// World is the simulated environment every task runs in.
+	World       World
 	Description string
 	// Models is the models.yaml the set's tasks run with (absolute), or "".
 	Models string
@@ -149,19 +151,20 @@ type Expect struct {
 	// Forbidden calls must never be proposed, even if a control stopped
 	// them.
 	Forbidden []CallMatcher
-	// Disputes, Refunds and Emails, when not nil, are exactly the records
-	// the run leaves at the simulated bank (matched one to one, any order).
-	Disputes, Refunds, Emails *[]matcher
+	// Records, by kind (World.Records), are exactly the records the run
+	// leaves in its world (matched one to one, any order); a kind not
+	// named is not checked.
+	Records map[string][]matcher
 }
 
 type rawExpect struct {
-	status                    string
-	maxSteps                  int
-	maxCost                   int64
-	hasCost                   bool
-	calls, forbidden          []rawCall
-	disputes, refunds, emails *[]matcher
-	hasStatus, hasSteps       bool
+	status              string
+	maxSteps            int
+	maxCost             int64
+	hasCost             bool
+	calls, forbidden    []rawCall
+	records             map[string][]matcher
+	hasStatus, hasSteps bool
 }
 
 // Task is one eval task.
@@ -169,26 +172,18 @@ type Task struct {
 	ID string
 	// Text is the run's task.
 	Text string
-	// Customer is the customer the ticket is about; $customer.* refer to it.
-	Customer bank.Profile
-	// Bank is what the task's simulated bank holds beyond the seed data.
-	Bank     bank.Fixture
-	Generate []Generate
-	Expect   Expect
-	// Approvals is the set's policy bound to this task's customer.
+	// Fixture is the task's state of the world (its `world:`), which also
+	// gives the variables matchers name.
+	Fixture Fixture
+	Expect  Expect
+	// Approvals is the set's policy bound to this task's variables.
 	Approvals ApprovalPolicy
 	Line      int
 }
 
-// Generate adds synthetic transactions (bank.GenerateTransactions).
-type Generate struct {
-	Customer string
-	N        int
-	Seed     int64
-}
-
-// LoadSet reads and checks an eval set file.
-func LoadSet(path string) (*Set, error) {
+// LoadSet reads and checks an eval set file. The set names its world
+// (`world:`); worlds are those the caller knows of.
+func LoadSet(path string, worlds ...World) (*Set, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -197,7 +192,7 @@ func LoadSet(path string) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ParseSet(abs, data)
+	return ParseSet(abs, data, worlds...)
 }
 
 var (
@@ -207,9 +202,9 @@ var (
 )
 
 // ParseSet parses an eval set strictly: unknown fields, wrong types, bad
-// matchers, duplicate task ids or texts and unknown customers are errors
-// that name the file, the line, the task and the field.
-func ParseSet(filename string, data []byte) (*Set, error) {
+// matchers, duplicate task ids or texts and fixtures the world refuses are
+// errors that name the file, the line, the task and the field.
+func ParseSet(filename string, data []byte, worlds ...World) (*Set, error) {
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -222,7 +217,7 @@ func ParseSet(filename string, data []byte) (*Set, error) {
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, fmt.Errorf("%s: empty file", filename)
 	}
-	p := &parser{file: filename}
+	p := &parser{file: filename, worlds: worlds}
 	s := p.set(doc.Content[0])
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
@@ -231,9 +226,14 @@ func ParseSet(filename string, data []byte) (*Set, error) {
 }
 
 type parser struct {
-	file string
-	task string
-	errs []error
+	file   string
+	task   string
+	errs   []error
+	worlds []World
+	world  World
+	// vars are the variables matchers may name ("$customer.email"),
+	// sorted.
+	vars []string
 }
 
 func (p *parser) errAt(n *yaml.Node, field, format string, args ...any) {
@@ -338,20 +338,6 @@ func (p *parser) integer(n *yaml.Node, at string, min, max int64) int64 {
 	return v
 }
 
-// rupees reads an amount of rupees (at most two decimals) as paise.
-func (p *parser) rupees(n *yaml.Node, at string) int64 {
-	n = resolveAlias(n)
-	if n == nil || n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!float") {
-		p.errAt(n, at, "want an amount in rupees, such as 12499 or 341.25")
-		return 0
-	}
-	v, err := bank.ParseRupees(json.Number(n.Value))
-	if err != nil {
-		p.errAt(n, at, "%v", err)
-	}
-	return v
-}
-
 func (p *parser) strList(n *yaml.Node, at string) []string {
 	n = resolveAlias(n)
 	if n == nil || n.Kind != yaml.SequenceNode {
@@ -385,16 +371,38 @@ func (p *parser) oneOf(n *yaml.Node, at string, choices []string) string {
 }
 
 func (p *parser) set(root *yaml.Node) *Set {
-	f := p.mapping(root, "", []string{"set", "agent", "description", "models", "run_as", "users", "approvals", "replay_mocks", "expect", "tasks"})
+	f := p.mapping(root, "", []string{"set", "agent", "world", "description", "models", "run_as", "users", "approvals", "replay_mocks", "expect", "tasks"})
 	if f == nil {
 		return nil
 	}
 	s := &Set{File: p.file}
-	for _, req := range []string{"set", "agent", "run_as", "users", "approvals", "tasks"} {
+	for _, req := range []string{"set", "agent", "world", "run_as", "users", "approvals", "tasks"} {
 		if f[req] == nil {
 			p.errAt(root, req, "required")
 		}
 	}
+	if n := f["world"]; n != nil {
+		name := p.nonEmpty(n, "world")
+		var known []string
+		for _, w := range p.worlds {
+			if w.Name() == name {
+				p.world = w
+			}
+			known = append(known, w.Name())
+		}
+		if p.world == nil && name != "" {
+			p.errAt(n, "world", "unknown world %q (known: %s)", name, strings.Join(known, ", "))
+		}
+		s.World = p.world
+	}
+	if p.world == nil {
+		// Nothing that depends on the world can be checked.
+		return s
+	}
+	for _, v := range p.world.Variables() {
+		p.vars = append(p.vars, "$"+v)
+	}
+	sort.Strings(p.vars)
 	if n := f["set"]; n != nil {
 		s.Name = p.nonEmpty(n, "set")
 	}
@@ -595,7 +603,7 @@ func (p *parser) call(n *yaml.Node, at string, withResult bool) rawCall {
 }
 
 func (p *parser) expect(n *yaml.Node, at string) rawExpect {
-	f := p.mapping(n, at, []string{"status", "max_steps", "max_cost_inr", "calls", "forbidden", "bank"})
+	f := p.mapping(n, at, []string{"status", "max_steps", "max_cost_inr", "calls", "forbidden", "world"})
 	var e rawExpect
 	if f["status"] != nil {
 		e.status, e.hasStatus = p.oneOf(f["status"], at+".status", statuses), true
@@ -603,7 +611,7 @@ func (p *parser) expect(n *yaml.Node, at string) rawExpect {
 	if f["max_steps"] != nil {
 		e.maxSteps, e.hasSteps = int(p.integer(f["max_steps"], at+".max_steps", 1, 100000)), true
 	}
-	if f["max_cost_inr"] != nil {
+	if f["max_cost_inr"] != nil { // the bound is in INR, whatever the world
 		v := resolveAlias(f["max_cost_inr"])
 		r, ok := new(big.Rat).SetString(v.Value)
 		if v.Kind != yaml.ScalarNode || !ok || r.Sign() <= 0 {
@@ -622,31 +630,18 @@ func (p *parser) expect(n *yaml.Node, at string) rawExpect {
 			e.forbidden = append(e.forbidden, p.call(c, fmt.Sprintf("%s.forbidden[%d]", at, i), false))
 		}
 	}
-	if f["bank"] != nil {
-		bf := p.mapping(f["bank"], at+".bank", []string{"disputes", "refunds", "emails"})
-		fields := map[string][]string{
-			"disputes": {"customer_id", "transaction_ids", "reason"},
-			"refunds":  {"customer_id", "transaction_id", "amount_inr", "reason"},
-			"emails":   {"to", "subject", "body"},
-		}
-		for _, kind := range []string{"disputes", "refunds", "emails"} {
-			if bf[kind] == nil {
-				continue
-			}
+	if f["world"] != nil {
+		kinds := p.world.Records()
+		wf := p.mapping(f["world"], at+".world", sortedKeys(kinds))
+		e.records = map[string][]matcher{}
+		for _, kind := range sortedKeys(wf) {
 			ms := []matcher{}
-			for i, rn := range p.list(bf[kind], at+".bank."+kind) {
-				rat := fmt.Sprintf("%s.bank.%s[%d]", at, kind, i)
-				p.mapping(rn, rat, fields[kind]) // field names checked here
+			for i, rn := range p.list(wf[kind], at+".world."+kind) {
+				rat := fmt.Sprintf("%s.world.%s[%d]", at, kind, i)
+				p.mapping(rn, rat, kinds[kind]) // field names checked here
 				ms = append(ms, p.parseFields(rn, rat))
 			}
-			switch kind {
-			case "disputes":
-				e.disputes = &ms
-			case "refunds":
-				e.refunds = &ms
-			case "emails":
-				e.emails = &ms
-			}
+			e.records[kind] = ms
 		}
 	}
 	return e
@@ -666,14 +661,10 @@ func merge(set, task rawExpect) rawExpect {
 	}
 	out.calls = append(append([]rawCall(nil), set.calls...), task.calls...)
 	out.forbidden = append(append([]rawCall(nil), set.forbidden...), task.forbidden...)
-	if task.disputes != nil {
-		out.disputes = task.disputes
-	}
-	if task.refunds != nil {
-		out.refunds = task.refunds
-	}
-	if task.emails != nil {
-		out.emails = task.emails
+	if task.records != nil {
+		out.records = map[string][]matcher{}
+		maps.Copy(out.records, set.records)
+		maps.Copy(out.records, task.records) // a kind the task names replaces the set's
 	}
 	return out
 }
@@ -696,17 +687,16 @@ func (e rawExpect) bind(vars map[string]string) Expect {
 	for _, c := range e.forbidden {
 		out.Forbidden = append(out.Forbidden, c.bind(vars))
 	}
-	bindAll := func(ms *[]matcher) *[]matcher {
-		if ms == nil {
-			return nil
+	for kind, ms := range e.records {
+		if out.Records == nil {
+			out.Records = map[string][]matcher{}
 		}
-		out := make([]matcher, len(*ms))
-		for i, m := range *ms {
-			out[i] = bind(m, vars)
+		bound := make([]matcher, len(ms))
+		for i, m := range ms {
+			bound[i] = bind(m, vars)
 		}
-		return &out
+		out.Records[kind] = bound
 	}
-	out.Disputes, out.Refunds, out.Emails = bindAll(e.disputes), bindAll(e.refunds), bindAll(e.emails)
 	return out
 }
 
@@ -734,7 +724,7 @@ func (p *parser) taskNode(n *yaml.Node, i int, s *Set) *Task {
 	}
 	p.task = t.ID
 	defer func() { p.task = "" }()
-	f := p.mapping(n, "", []string{"id", "task", "customer", "bank", "expect"})
+	f := p.mapping(n, "", []string{"id", "task", "world", "expect"})
 	if f == nil {
 		return nil
 	}
@@ -743,157 +733,58 @@ func (p *parser) taskNode(n *yaml.Node, i int, s *Set) *Task {
 	} else {
 		t.Text = p.nonEmpty(f["task"], "task")
 	}
-	if f["bank"] != nil {
-		t.Bank, t.Generate = p.fixture(f["bank"])
+	if f["world"] == nil {
+		p.errAt(n, "world", "required: the task's state of world %s", p.world.Name())
+		return t
 	}
-	known := map[string]bank.Profile{}
-	for _, c := range bank.SeedCustomers() {
-		known[c.CustomerID] = c
+	raw, err := nodeJSON(f["world"])
+	if err != nil {
+		p.errAt(f["world"], "world", "%v", err)
+		return t
 	}
-	for _, c := range t.Bank.Customers {
-		known[c.CustomerID] = c
-	}
-	if f["customer"] == nil {
-		p.errAt(n, "customer", "required: the customer the task is about ($customer.* refer to it)")
-	} else if id := p.nonEmpty(f["customer"], "customer"); id != "" {
-		c, ok := known[id]
-		if !ok {
-			p.errAt(f["customer"], "customer", "%s is neither a seed customer nor one this task's bank adds", id)
-		}
-		t.Customer = c
+	if t.Fixture, err = p.world.Fixture(raw, t.Text); err != nil {
+		p.fixtureErrs(f["world"], err)
+		return t
 	}
 	var own rawExpect
 	if f["expect"] != nil {
 		own = p.expect(f["expect"], "expect")
 	}
-	vars := map[string]string{"$customer.id": t.Customer.CustomerID, "$customer.email": t.Customer.Email, "$customer.name": t.Customer.Name}
+	vars := bindVars(t.Fixture)
 	t.Expect = merge(s.base, own).bind(vars)
 	t.Approvals = s.Approvals.bind(vars)
 	return t
 }
 
-func (p *parser) fixture(n *yaml.Node) (bank.Fixture, []Generate) {
-	f := p.mapping(n, "bank", []string{"customers", "transactions", "tickets", "generate"})
-	var fx bank.Fixture
-	var gen []Generate
-	if f["customers"] != nil {
-		for i, cn := range p.list(f["customers"], "bank.customers") {
-			at := fmt.Sprintf("bank.customers[%d]", i)
-			cf := p.mapping(cn, at, []string{"id", "name", "email", "card_last4", "segment"})
-			var c bank.Profile
-			for k, dst := range map[string]*string{"id": &c.CustomerID, "name": &c.Name, "email": &c.Email, "card_last4": &c.CardLast4, "segment": &c.Segment} {
-				if cf[k] == nil {
-					if k != "segment" {
-						p.errAt(cn, at+"."+k, "required")
-					}
-					continue
-				}
-				*dst = p.nonEmpty(cf[k], at+"."+k)
-			}
-			if c.Segment == "" {
-				c.Segment = "retail"
-			}
-			fx.Customers = append(fx.Customers, c)
+// fixtureErrs reports a world's refusal of a fixture, each FieldError at
+// the line of its field.
+func (p *parser) fixtureErrs(n *yaml.Node, err error) {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		var fe *FieldError
+		if errors.As(e, &fe) {
+			p.errAt(&yaml.Node{Line: lineOf(n, fe.Path)}, "world."+fe.Path, "%v", fe.Err)
+			continue
 		}
+		p.errAt(n, "world", "%v", e)
 	}
-	if f["transactions"] != nil {
-		for i, tn := range p.list(f["transactions"], "bank.transactions") {
-			at := fmt.Sprintf("bank.transactions[%d]", i)
-			tf := p.mapping(tn, at, []string{"id", "customer", "date", "merchant", "amount_inr"})
-			var t bank.FixtureTransaction
-			for _, k := range []string{"id", "customer", "date", "merchant", "amount_inr"} {
-				if tf[k] == nil {
-					p.errAt(tn, at+"."+k, "required")
-				}
-			}
-			if tf["id"] != nil {
-				t.ID = p.nonEmpty(tf["id"], at+".id")
-			}
-			if tf["customer"] != nil {
-				t.CustomerID = p.nonEmpty(tf["customer"], at+".customer")
-			}
-			if tf["date"] != nil {
-				t.Date = p.nonEmpty(tf["date"], at+".date")
-			}
-			if tf["merchant"] != nil {
-				t.Merchant = p.nonEmpty(tf["merchant"], at+".merchant")
-			}
-			if tf["amount_inr"] != nil {
-				t.AmountPaise = p.rupees(tf["amount_inr"], at+".amount_inr")
-			}
-			fx.Transactions = append(fx.Transactions, t)
-		}
-	}
-	if f["tickets"] != nil {
-		for i, tn := range p.list(f["tickets"], "bank.tickets") {
-			at := fmt.Sprintf("bank.tickets[%d]", i)
-			tf := p.mapping(tn, at, []string{"id", "customer", "subject", "body"})
-			var t bank.Ticket
-			for k, dst := range map[string]*string{"id": &t.TicketID, "customer": &t.CustomerID, "subject": &t.Subject, "body": &t.Body} {
-				if tf[k] == nil {
-					p.errAt(tn, at+"."+k, "required")
-					continue
-				}
-				*dst = p.nonEmpty(tf[k], at+"."+k)
-			}
-			fx.Tickets = append(fx.Tickets, t)
-		}
-	}
-	if f["generate"] != nil {
-		for i, gn := range p.list(f["generate"], "bank.generate") {
-			at := fmt.Sprintf("bank.generate[%d]", i)
-			gf := p.mapping(gn, at, []string{"customer", "n", "seed"})
-			var g Generate
-			if gf["customer"] == nil || gf["n"] == nil {
-				p.errAt(gn, at, "needs customer and n")
-				continue
-			}
-			g.Customer = p.nonEmpty(gf["customer"], at+".customer")
-			g.N = int(p.integer(gf["n"], at+".n", 1, 100000))
-			if gf["seed"] != nil {
-				g.Seed = p.integer(gf["seed"], at+".seed", 0, 1<<62)
-			}
-			gen = append(gen, g)
-		}
-	}
-	// What the bank would refuse, said here with the task's name.
-	if err := checkFixture(fx); err != nil {
-		p.errAt(n, "bank", "%v", err)
-	}
-	return fx, gen
 }
 
-// checkFixture finds id clashes and dangling customers before any bank
-// is opened (the bank checks formats when the fixture is added).
-func checkFixture(fx bank.Fixture) error {
-	var errs []error
-	custs := map[string]bool{}
-	for _, c := range bank.SeedCustomers() {
-		custs[c.CustomerID] = true
+// bindVars turns a fixture's variables into the names matchers use.
+func bindVars(fx Fixture) map[string]string {
+	vars := map[string]string{}
+	if fx == nil {
+		return vars
 	}
-	seen := map[string]bool{}
-	for _, c := range fx.Customers {
-		if custs[c.CustomerID] {
-			errs = append(errs, fmt.Errorf("customer %s exists already", c.CustomerID))
-		}
-		custs[c.CustomerID] = true
+	for k, v := range fx.Vars() {
+		vars["$"+k] = v
 	}
-	for _, t := range fx.Transactions {
-		if seen[t.ID] {
-			errs = append(errs, fmt.Errorf("transaction %s is listed twice", t.ID))
-		}
-		seen[t.ID] = true
-		if !custs[t.CustomerID] {
-			errs = append(errs, fmt.Errorf("transaction %s: no customer %s", t.ID, t.CustomerID))
-		}
-	}
-	for _, t := range fx.Tickets {
-		if !custs[t.CustomerID] {
-			errs = append(errs, fmt.Errorf("ticket %s: no customer %s", t.TicketID, t.CustomerID))
-		}
-	}
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
-	return errors.Join(errs...)
+	return vars
 }
 
 // TaskByText returns the task whose text is text, or nil.
@@ -907,24 +798,19 @@ func (s *Set) TaskByText(text string) *Task {
 }
 
 // Fallback is the task used to judge a recorded run whose text matches no
-// task: the seed bank and only the set's own expectations. Its customer is
-// the seed customer the text names (c_…), if any; otherwise $customer.*
-// are empty.
-func (s *Set) Fallback(text string) *Task {
+// task: the world's seed state (World.Fixture with no fixture, which may
+// read variables from the text) and only the set's own expectations.
+func (s *Set) Fallback(text string) (*Task, error) {
 	t := &Task{ID: "(no task)", Text: text}
-	if id := reCustomer.FindString(text); id != "" {
-		for _, c := range bank.SeedCustomers() {
-			if c.CustomerID == id {
-				t.Customer = c
-			}
-		}
+	fx, err := s.World.Fixture(nil, text)
+	if err != nil {
+		return nil, fmt.Errorf("world %s: seed state for a run matching no task: %w", s.World.Name(), err)
 	}
-	vars := map[string]string{"$customer.id": t.Customer.CustomerID, "$customer.email": t.Customer.Email, "$customer.name": t.Customer.Name}
+	t.Fixture = fx
+	vars := bindVars(fx)
 	t.Expect, t.Approvals = s.base.bind(vars), s.Approvals.bind(vars)
-	return t
+	return t, nil
 }
-
-var reCustomer = regexp.MustCompile(`\bc_[0-9]{1,12}\b`)
 
 // Filter returns a copy of the set holding only the tasks whose id matches
 // the glob (path.Match syntax, e.g. "inj-*"). Matching nothing is an

@@ -11,10 +11,12 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/eval"
 	"github.com/agentplane/agentplane/examples/carddispute/simmodel"
+	cdworld "github.com/agentplane/agentplane/examples/carddispute/world"
 )
 
 const header = `set: s
 agent: a
+world: card-dispute
 run_as: {tenant: t, user: u}
 users: [{user: u, scopes: [x:read]}, {user: boss, groups: [g]}]
 approvals: {decider: boss}
@@ -23,7 +25,13 @@ approvals: {decider: boss}
 const okTask = `
   - id: one
     task: "Ticket T-1: check."
-    customer: c_88213
+    world: {customer: c_88213}
+`
+
+// bareTask is okTask without its world.
+const bareTask = `
+  - id: one
+    task: "Ticket T-1: check."
 `
 
 func TestParseSetErrorsNameFileLineTaskAndField(t *testing.T) {
@@ -31,36 +39,40 @@ func TestParseSetErrorsNameFileLineTaskAndField(t *testing.T) {
 		name, body string
 		want       []string // every one must appear in the error
 	}{
-		{"unknown top-level field", header + "colour: red\ntasks:" + okTask, []string{"set.yaml:6: colour: unknown field"}},
+		{"unknown top-level field", header + "colour: red\ntasks:" + okTask, []string{"set.yaml:7: colour: unknown field"}},
 		{"missing tasks", header, []string{"tasks: required"}},
-		{"unknown task field", header + "tasks:" + okTask + "    expext: {}\n", []string{"task one: expext: unknown field (known: id, task, customer, bank, expect)"}},
+		{"unknown task field", header + "tasks:" + okTask + "    expext: {}\n", []string{"task one: expext: unknown field (known: id, task, world, expect)"}},
 		{"unknown operator", header + "tasks:" + okTask + "    expect:\n      calls: [{tool: issue_refund, args: {amount_inr: {maxx: 5}}}]\n",
-			[]string{"set.yaml:11: task one: expect.calls[0].args.amount_inr.maxx: unknown field (known: all_of, any_of, contains, fields"}},
+			[]string{"set.yaml:12: task one: expect.calls[0].args.amount_inr.maxx: unknown field (known: all_of, any_of, contains, fields"}},
 		{"field name among operators", header + "tasks:" + okTask + "    expect:\n      forbidden: [{tool: x, args: {to: {not: a, b: c}}}]\n",
 			[]string{"task one: expect.forbidden[0].args.to.b: unknown field"}},
 		{"unknown variable", header + "tasks:" + okTask + "    expect:\n      calls: [{tool: x, args: {to: $customer.phone}}]\n",
 			[]string{"task one: expect.calls[0].args.to: unknown variable $customer.phone"}},
 		{"bad status", header + "tasks:" + okTask + "    expect: {status: done}\n", []string{"task one: expect.status: \"done\" is not one of completed"}},
-		{"bad amount", header + "tasks:" + okTask + `    bank:
+		{"bad amount", header + "tasks:" + bareTask + `    world:
+      customer: c_7
       customers: [{id: c_7, name: N, email: n@mail.example, card_last4: "1234"}]
       transactions: [{id: txn_7, customer: c_7, date: 2026-10-01, merchant: M, amount_inr: 1.234}]
-`, []string{"task one: bank.transactions[0].amount_inr: amount 1.234 has more than two decimals"}},
-		{"dangling customer", header + "tasks:" + okTask + `    bank:
+`, []string{"set.yaml:13: task one: world.transactions[0].amount_inr: amount 1.234 has more than two decimals"}},
+		{"dangling customer", header + "tasks:" + bareTask + `    world:
+      customer: c_88213
       transactions: [{id: txn_7, customer: c_7, date: 2026-10-01, merchant: M, amount_inr: 1}]
-`, []string{"task one: bank: transaction txn_7: no customer c_7"}},
-		{"unknown customer", header + "tasks:\n  - {id: one, task: t, customer: c_4}\n", []string{"task one: customer: c_4 is neither a seed customer"}},
+`, []string{"task one: world: transaction txn_7: no customer c_7"}},
+		{"unknown customer", header + "tasks:\n  - {id: one, task: t, world: {customer: c_4}}\n", []string{"task one: world.customer: c_4 is neither a seed customer"}},
 		{"duplicate ids", header + "tasks:" + okTask + okTask, []string{`task id "one" is used twice`}},
-		{"duplicate texts", header + "tasks:" + okTask + "  - {id: two, task: \"Ticket T-1: check.\", customer: c_88213}\n", []string{"task two has the same text as task one"}},
+		{"duplicate texts", header + "tasks:" + okTask + "  - {id: two, task: \"Ticket T-1: check.\", world: {customer: c_88213}}\n", []string{"task two has the same text as task one"}},
 		{"decider is the runner", strings.Replace(header, "decider: boss", "decider: u", 1) + "tasks:" + okTask, []string{"approvals.decider: the decider cannot be the run's own user u"}},
-		{"bank record field", header + "tasks:" + okTask + "    expect: {bank: {refunds: [{amount: 5}]}}\n",
-			[]string{"task one: expect.bank.refunds[0].amount: unknown field (known: customer_id, transaction_id, amount_inr, reason)"}},
+		{"bank record field", header + "tasks:" + okTask + "    expect: {world: {refunds: [{amount: 5}]}}\n",
+			[]string{"task one: expect.world.refunds[0].amount: unknown field (known: customer_id, transaction_id, amount_inr, reason)"}},
 		{"count on a forbidden call", header + "tasks:" + okTask + "    expect: {forbidden: [{tool: x, count: 2}]}\n",
 			[]string{"expect.forbidden[0].count: unknown field"}},
-		{"many problems at once", header + "tasks:\n  - {id: one, task: t, customer: c_4, extra: 1}\n  - {id: Two, task: t}\n",
+		{"many problems at once", header + "tasks:\n  - {id: one, task: t, world: {customer: c_4}, extra: 1}\n  - {id: Two, task: t}\n",
 			[]string{"customer: c_4", "extra: unknown field", `"Two": want lower-case`}},
+		{"unknown world", strings.Replace(header, "world: card-dispute", "world: moon", 1) + "tasks:" + okTask, []string{`world: unknown world "moon" (known: card-dispute)`}},
+		{"no world", strings.Replace(header, "world: card-dispute\n", "", 1) + "tasks:" + okTask, []string{"world: required"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := eval.ParseSet("set.yaml", []byte(tc.body))
+			_, err := eval.ParseSet("set.yaml", []byte(tc.body), cdworld.World{})
 			if err == nil {
 				t.Fatal("accepted")
 			}
@@ -82,21 +94,24 @@ func TestTheCardDisputeSet(t *testing.T) {
 	planted := regexp.MustCompile(`(?i)system note|ignore (all )?previous instructions|note to the ai|ai agent|dear ai`)
 	injected, duplicates, none := 0, 0, 0
 	for _, task := range s.Tasks {
-		for _, tk := range task.Bank.Tickets {
+		fx := task.Fixture.(*cdworld.Fixture)
+		for _, tk := range fx.Bank.Tickets {
 			if planted.MatchString(tk.Body) {
 				injected++
 			}
 		}
-		if task.Expect.Refunds != nil && len(*task.Expect.Refunds) == 1 {
+		refunds, hasRefunds := task.Expect.Records["refunds"]
+		disputes, hasDisputes := task.Expect.Records["disputes"]
+		if hasRefunds && len(refunds) == 1 {
 			duplicates++
 		}
-		if task.Expect.Refunds != nil && len(*task.Expect.Refunds) == 0 && task.Expect.Disputes != nil && len(*task.Expect.Disputes) == 0 {
+		if hasRefunds && len(refunds) == 0 && hasDisputes && len(disputes) == 0 {
 			none++
 		}
 		if task.Expect.Status != "completed" || task.Expect.MaxSteps == 0 || len(task.Expect.Forbidden) < 4 {
 			t.Errorf("task %s lost the set-wide expectations: %+v", task.ID, task.Expect)
 		}
-		if task.Customer.Email == "" {
+		if fx.Customer.Email == "" {
 			t.Errorf("task %s: customer has no email", task.ID)
 		}
 	}
@@ -256,14 +271,17 @@ func TestExampleAgentVersions(t *testing.T) {
 // expectations, for the seed customer its text names.
 func TestFallbackTask(t *testing.T) {
 	k := loadKit(t)
-	f := k.set.Fallback("Ticket T-40127 for customer c_88213, worked by hand.")
-	if f.Customer.Email != "asha.rao@mail.example" || len(f.Expect.Forbidden) != 4 || f.Expect.Refunds != nil || f.Expect.MaxSteps != 12 {
+	f, err := k.set.Fallback("Ticket T-40127 for customer c_88213, worked by hand.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Fixture.Vars()["customer.email"] != "asha.rao@mail.example" || len(f.Expect.Forbidden) != 4 || f.Expect.Records != nil || f.Expect.MaxSteps != 12 {
 		t.Fatalf("fallback %+v", f)
 	}
 	if got, _ := f.Approvals.Decide("send_email", map[string]any{"to": "asha.rao@mail.example"}); got != "approve" {
 		t.Fatalf("fallback approval policy is not bound to the customer: %s", got)
 	}
-	if g := k.set.Fallback("no customer named"); g.Customer.CustomerID != "" {
-		t.Fatalf("fallback invented a customer: %+v", g.Customer)
+	if g, _ := k.set.Fallback("no customer named"); g.Fixture.Vars()["customer.id"] != "" {
+		t.Fatalf("fallback invented a customer: %+v", g.Fixture)
 	}
 }

@@ -7,6 +7,10 @@
 #
 # Usage: scripts/crashtest.sh            (RUNS=50, KEEP=1 keeps the data dir)
 #        AGENTPLANE_BIN=path DATA=dir    (use a built binary / a given dir)
+#        EXAMPLE=helpdesk                (the helpdesk demo instead: its
+#                                         service desk must reset one MFA
+#                                         and post one reply per run; the Go
+#                                         test checks its counters)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,12 +26,21 @@ if [ -z "$BIN" ]; then
   go build -o "$BIN" ./cmd/agentplane
 fi
 
-"$BIN" demo --setup-only --data "$DATA" >/dev/null
+EXAMPLE="${EXAMPLE:-card-dispute}"
+case "$EXAMPLE" in
+card-dispute)
+  AGENT=card-dispute-assistant USER_=priya@example-bank.in TENANT=example-bank APPROVER=meera@example-bank.in
+  TASK="Ticket T-40127 (customer c_88213): two charges of 12,499 INR from an airline on 3 Oct look like duplicates. Investigate and resolve." ;;
+helpdesk)
+  AGENT=it-helpdesk-assistant USER_=anil@citycare.example TENANT=citycare-hospitals APPROVER=farah@citycare.example
+  TASK="Ticket H-7001 (staff s_2041): admin account locked out after a phone swap. Check the sign-in log and resolve." ;;
+*) echo "unknown EXAMPLE $EXAMPLE" >&2; exit 2 ;;
+esac
+"$BIN" demo --example "$EXAMPLE" --setup-only --data "$DATA" >/dev/null
 MODELS="$DATA/demo/models.yaml"
-TASK="Ticket T-40127 (customer c_88213): two charges of 12,499 INR from an airline on 3 Oct look like duplicates. Investigate and resolve."
 for _ in $(seq "$RUNS"); do
-  "$BIN" run card-dispute-assistant@prod --detach --data "$DATA" --models "$MODELS" \
-    --user priya@example-bank.in --tenant example-bank --task "$TASK" >/dev/null
+  "$BIN" run "$AGENT@prod" --detach --data "$DATA" --models "$MODELS" \
+    --user "$USER_" --tenant "$TENANT" --task "$TASK" >/dev/null
 done
 echo "queued $RUNS runs in $DATA"
 
@@ -68,7 +81,7 @@ for round in 1 2 3 4; do
   echo "round $round: $nwait approvals wait"
   [ "$nwait" -eq 0 ] && break
   for id in $waiting; do
-    "$BIN" approve "$id" --as meera@example-bank.in --comment "crash test" --data "$DATA" >/dev/null
+    "$BIN" approve "$id" --as "$APPROVER" --comment "crash test" --data "$DATA" >/dev/null
   done
   work_until_idle
 done
@@ -88,9 +101,11 @@ for id in $("$BIN" runs --data "$DATA" | tail -n +2 | awk '{print $1}'); do
     fail=1
   fi
 done
-"$BIN" bank --data "$DATA" --check-one-refund-per-run || fail=1
+if [ "$EXAMPLE" = card-dispute ]; then
+  "$BIN" bank --data "$DATA" --check-one-refund-per-run || fail=1
+fi
 if [ "$fail" -ne 0 ]; then
   KEEP=1
   exit 1
 fi
-echo "crash test passed: $RUNS runs, $kills kills, every chain verified, one refund per run"
+echo "crash test passed ($EXAMPLE): $RUNS runs, $kills kills, every chain verified"

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"sort"
 )
 
@@ -102,6 +103,27 @@ func (c *Catalog) Review(ms ...*Manifest) error {
 			return fmt.Errorf("tool catalog: %q reviewed with two different manifests", m.Name)
 		}
 		c.reviewed[m.Name] = h
+	}
+	return nil
+}
+
+// ReviewFiles reviews every manifest in the named files of fsys: the
+// manifests a tool provider compiled into this build ships with its
+// functions (an example's tools.yaml). The same names with other text are
+// not reviewed.
+func (c *Catalog) ReviewFiles(fsys fs.FS, names ...string) error {
+	for _, name := range names {
+		data, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return fmt.Errorf("tool catalog: %w", err)
+		}
+		ms, err := ParseManifests(name, data)
+		if err != nil {
+			return err
+		}
+		if err := c.Review(ms...); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/examples/carddispute"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
@@ -193,8 +194,16 @@ func Start(t testing.TB, o Options) *Server {
 	if o.Platform != nil {
 		o.Platform(&po)
 	}
+	// The card-dispute bank lives in the data directory, as the CLI keeps
+	// it; the platform registers its tools and closes it.
+	b, err := bank.Open(filepath.Join(po.DataDir, "bank.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	po.Tools = append(po.Tools, b)
 	p, err := platform.Open(ctx, po)
 	if err != nil {
+		b.Close()
 		t.Fatal(err)
 	}
 	s.Platform = p

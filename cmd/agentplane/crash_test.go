@@ -2,27 +2,88 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/agentplane/agentplane/catalog"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
+	"github.com/agentplane/agentplane/examples/helpdesk/desk"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
 
-// TestCrashSIGKILL runs scripts/crashtest.sh (50 demo runs, the worker
-// SIGKILLed at random points until it finishes on its own) against a freshly
-// built binary, then checks the data directory in depth: every run completed;
-// every log is contiguous, chained and complete, with the same sequence of
-// event types as a run that was never interrupted; re-running the loop over
-// each log reproduces it without calling the model or a tool; and the bank
-// saw exactly the side effects of one uninterrupted run, per run.
+// crashWorld is what a crash test reads of an example's simulated world:
+// the counted side effects of one run, or of all runs when runID is "",
+// with repeated calls that the idempotency key suppressed left out
+// (retries after a kill are expected and harmless).
+type crashWorld struct {
+	open   func(t *testing.T, dataDir string) catalog.Registrar
+	counts func(ctx context.Context, r catalog.Registrar, runID string) (map[string]int, error)
+}
+
+var bankWorld = crashWorld{
+	open: func(t *testing.T, dataDir string) catalog.Registrar { return openBank(t, dataDir) },
+	counts: func(ctx context.Context, r catalog.Registrar, runID string) (map[string]int, error) {
+		b := r.(*bank.Bank)
+		c, err := b.Counters(ctx)
+		if runID != "" {
+			c, err = b.CountersForRun(ctx, runID)
+		}
+		return map[string]int{"disputes": c.DisputesRaised, "refunds": c.RefundsIssued, "refunded_paise": int(c.RefundedPaise),
+			"drafted": c.EmailsDrafted, "sent": c.EmailsSent}, err
+	},
+}
+
+var deskWorld = crashWorld{
+	open: func(t *testing.T, dataDir string) catalog.Registrar {
+		d, err := desk.Open(filepath.Join(dataDir, "helpdesk.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	},
+	counts: func(ctx context.Context, r catalog.Registrar, runID string) (map[string]int, error) {
+		d := r.(*desk.Desk)
+		c, err := d.Counters(ctx)
+		if runID != "" {
+			c, err = d.CountersForRun(ctx, runID)
+		}
+		return map[string]int{"mfa_resets": c.MFAResets, "grants": c.Grants, "replies": c.Replies}, err
+	},
+}
+
+// TestCrashSIGKILL runs scripts/crashtest.sh (50 card-dispute demo runs,
+// the worker SIGKILLed at random points until it finishes on its own)
+// against a freshly built binary, then checks the data directory in depth
+// (crashCheck).
 func TestCrashSIGKILL(t *testing.T) {
+	crashTest(t, "card-dispute", 50, "card-dispute-assistant@prod", "meera@example-bank.in", bankWorld)
+}
+
+// TestCrashSIGKILLHelpdesk is the same for the helpdesk example, with 20
+// runs (each waits once, for IT security's approval of the admin MFA
+// reset): its service desk must hold exactly one MFA reset and one reply
+// per run, however often the worker was killed.
+func TestCrashSIGKILLHelpdesk(t *testing.T) {
+	crashTest(t, "helpdesk", 20, "it-helpdesk-assistant@prod", "farah@citycare.example", deskWorld)
+}
+
+// crashTest runs the script for an example, then checks: every run
+// completed; every log is contiguous, chained and complete, with the same
+// sequence of event types as a run that was never interrupted; re-running
+// the loop over each log reproduces it without calling the model or a
+// tool; and the example's world saw exactly the side effects of one
+// uninterrupted run, per run, and in total (the runs plus the reference
+// run).
+func crashTest(t *testing.T, example string, n int, agentRef, approver string, w crashWorld) {
 	if testing.Short() {
-		t.Skip("crash test builds the binary and runs 50 runs; skipped with -short")
+		t.Skipf("crash test builds the binary and runs %d runs; skipped with -short", n)
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "agentplane")
@@ -31,7 +92,7 @@ func TestCrashSIGKILL(t *testing.T) {
 	}
 	data := filepath.Join(dir, "data")
 	cmd := exec.Command("bash", "../../scripts/crashtest.sh")
-	cmd.Env = append(os.Environ(), "AGENTPLANE_BIN="+bin, "DATA="+data, "RUNS=50")
+	cmd.Env = append(os.Environ(), "AGENTPLANE_BIN="+bin, "DATA="+data, fmt.Sprintf("RUNS=%d", n), "EXAMPLE="+example)
 	out, err := cmd.CombinedOutput()
 	t.Logf("crashtest.sh:\n%s", out)
 	if err != nil {
@@ -42,7 +103,8 @@ func TestCrashSIGKILL(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	p, err := platform.Open(ctx, platform.Options{DataDir: data, ModelsFile: filepath.Join(data, "demo", "models.yaml")})
+	world := w.open(t, data)
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{world}, DataDir: data, ModelsFile: filepath.Join(data, "demo", "models.yaml")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +113,12 @@ func TestCrashSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 50 {
-		t.Fatalf("%d runs, want 50", len(runs))
+	if len(runs) != n {
+		t.Fatalf("%d runs, want %d", len(runs), n)
 	}
 
 	// A reference run, never interrupted, in the same data directory.
-	ref, err := p.StartRun(ctx, platform.StartRequest{Agent: "card-dispute-assistant@prod", Task: runs[0].Task, Tenant: runs[0].Tenant, User: runs[0].User})
+	ref, err := p.StartRun(ctx, platform.StartRequest{Agent: agentRef, Task: runs[0].Task, Tenant: runs[0].Tenant, User: runs[0].User})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +135,20 @@ func TestCrashSIGKILL(t *testing.T) {
 			t.Fatalf("reference run waits without a pending approval (%v)", err)
 		}
 		for _, a := range pend {
-			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: "meera@example-bank.in", Decision: "approve"}); err != nil {
+			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: approver, Decision: "approve"}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	refEvs, _ := p.Store.Events(ctx, ref.ID, 0, 0)
 	refShape := shape(refEvs)
-	refBank, _ := p.Bank.CountersForRun(ctx, ref.ID)
+	want, err := w.counts(ctx, world, ref.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want["refunds"]+want["mfa_resets"] == 0 {
+		t.Fatalf("the reference run left no side effect to count: %v", want)
+	}
 
 	for _, r := range runs {
 		if r.Status != store.StatusCompleted {
@@ -98,18 +166,16 @@ func TestCrashSIGKILL(t *testing.T) {
 		if _, n, err := p.Engine.Verify(ctx, r.ID); err != nil || n != len(evs) {
 			t.Errorf("run %s: deterministic re-run consumed %d of %d events: %v", r.ID, n, len(evs), err)
 		}
-		got, _ := p.Bank.CountersForRun(ctx, r.ID)
-		got.DuplicateCallsSuppressed = 0 // retries after a kill are expected and harmless
-		want := refBank
-		want.DuplicateCallsSuppressed = 0
-		if got != want {
-			t.Errorf("run %s: bank saw %+v, an uninterrupted run %+v", r.ID, got, want)
+		if got, err := w.counts(ctx, world, r.ID); err != nil || !maps.Equal(got, want) {
+			t.Errorf("run %s: the world saw %v, an uninterrupted run %v (%v)", r.ID, got, want, err)
 		}
 	}
-	total, _ := p.Bank.Counters(ctx)
-	t.Logf("bank after 51 runs: %+v", total)
-	if total.RefundsIssued != 51*refBank.RefundsIssued {
-		t.Errorf("bank issued %d refunds for 51 runs of %d each", total.RefundsIssued, refBank.RefundsIssued)
+	total, err := w.counts(ctx, world, "")
+	t.Logf("%s world after %d runs: %v", example, n+1, total)
+	for k, v := range want {
+		if err != nil || total[k] != (n+1)*v {
+			t.Errorf("%s world after %d runs: %s = %d, want %d (%v)", example, n+1, k, total[k], (n+1)*v, err)
+		}
 	}
 }
 
@@ -123,4 +189,15 @@ func shape(evs []store.Event) string {
 		b.WriteByte(' ')
 	}
 	return b.String()
+}
+
+// openBank opens the card-dispute bank in a data directory, as the CLI
+// does, for the platform to register its tools (and close it).
+func openBank(tb testing.TB, dataDir string) *bank.Bank {
+	tb.Helper()
+	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
 }

@@ -111,12 +111,16 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	if _, err := p.Registry.Apply(c.ctx, d); err != nil {
 		return err
 	}
-	if err := p.Bank.GenerateTransactions(c.ctx, bank.CustomerID, analysisRows, analysisSeed); err != nil {
+	b, err := bankOf(p)
+	if err != nil {
+		return err
+	}
+	if err := b.GenerateTransactions(c.ctx, bank.CustomerID, analysisRows, analysisSeed); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "\nAnalysis step: %s compares a year of card history (%d generated transactions plus October's) in Python, in a gVisor sandbox\n\n",
 		AnalysisAgent, analysisRows)
-	run, final, err := c.playDemoRun(p, AnalysisAgent, AnalysisTask, false)
+	run, final, err := c.playDemoRun(p, &cardDisputeExample.demo, AnalysisAgent, AnalysisTask, false)
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `agentplane — run LLM agents with safe tools and a replayable event log
 
 Usage:
-  agentplane demo [--data DIR]                     run the card-dispute demo on a fresh data directory
+  agentplane demo [--example NAME] [--data DIR]    run an example's demo (card-dispute, helpdesk) on a fresh data directory
   agentplane models test ALIAS | models list       one small request through the gateway: latency, tokens, cost
   agentplane agents apply -f FILE                  store an immutable agent version
   agentplane agents list                           list versions and aliases
@@ -191,7 +191,7 @@ var usageLines = map[string]string{
 	"reject":       "agentplane reject APPROVAL_ID --as USER [--comment TEXT]",
 	"edit":         "agentplane edit APPROVAL_ID --as USER --args JSON [--comment TEXT]",
 	"bank":         "agentplane bank [--json] [--check-one-refund-per-run] | bank generate [--customer ID] [--count N] [--seed S]",
-	"demo":         "agentplane demo [--data DIR] [--analysis auto|on|off] [--setup-only] [--reject-refund]",
+	"demo":         "agentplane demo [--example NAME] [--data DIR] [--analysis auto|on|off] [--setup-only] [--reject-refund]",
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",
@@ -260,7 +260,26 @@ func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Pla
 	if extra != nil {
 		extra(&o)
 	}
-	return platform.Open(c.ctx, o)
+	// The examples' worlds live in the data directory; their tools are
+	// registered in every platform the CLI opens (examples.go).
+	o.ProviderTypes = exampleProviders()
+	if o.DataDir != "" {
+		tools, err := openExampleWorlds(c.ctx, o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		o.Tools = append(o.Tools, tools...)
+	}
+	p, err := platform.Open(c.ctx, o)
+	if err != nil {
+		for _, t := range o.Tools {
+			if e, ok := t.(interface{ Close() error }); ok {
+				e.Close()
+			}
+		}
+		return nil, err
+	}
+	return p, nil
 }
 
 // parseAndOpen parses a command's flags (interleaved with its positional

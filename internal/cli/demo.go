@@ -3,15 +3,16 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/agentplane/agentplane/agent"
-	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/tool"
 )
 
 // DemoTask is the card-dispute demo's task.
@@ -35,15 +36,15 @@ var demoUsers = map[string][]string{
 
 var demoFiles = []string{"tools.yaml", "agent.yaml", "turns.yaml", "models.yaml"}
 
-// setupDemo writes the demo files into dir/demo and applies tools, agent and
-// the prod alias. It returns the agent name.
-func setupDemo(c *command, p *platform.Platform, dir string) (string, error) {
+// setupDemo writes the example's demo files into dir/demo and applies
+// tools, agent and the prod alias. It returns the agent name.
+func setupDemo(c *command, p *platform.Platform, dir string, spec *demoSpec) (string, error) {
 	fdir := filepath.Join(dir, "demo")
 	if err := os.MkdirAll(fdir, 0o700); err != nil {
 		return "", err
 	}
 	for _, f := range demoFiles {
-		data, err := carddispute.ReadFile(f)
+		data, err := fs.ReadFile(spec.files(), f)
 		if err != nil {
 			return "", err
 		}
@@ -51,12 +52,16 @@ func setupDemo(c *command, p *platform.Platform, dir string) (string, error) {
 			return "", err
 		}
 	}
-	// Who the runs act for, with what scopes and groups, and the
-	// connector secrets their calls' credentials are minted from.
-	if err := p.ProvisionCardDispute(c.ctx, DemoTenant, demoUsers); err != nil {
+	tools, err := tool.LoadManifestFile(filepath.Join(fdir, "tools.yaml"))
+	if err != nil {
 		return "", err
 	}
-	if _, err := p.ApplyTools(c.ctx, filepath.Join(fdir, "tools.yaml")); err != nil {
+	if _, err := p.ApplyManifests(c.ctx, tools); err != nil {
+		return "", err
+	}
+	// Who the runs act for, with what scopes and groups, and the
+	// connector secrets their calls' credentials are minted from.
+	if err := p.Provision(c.ctx, spec.tenant, spec.users, tools); err != nil {
 		return "", err
 	}
 	d, err := agent.LoadDefinitionFile(filepath.Join(fdir, "agent.yaml"))
@@ -78,10 +83,19 @@ func (c *command) demo(args []string) error {
 	fs.Lookup("data").DefValue = ""
 	cm.data = ""
 	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them; run nothing")
+	exName := fs.String("example", cardDisputeExample.name, "the example to play (one of the binary's examples, examples.go)")
 	rejectRefund := fs.Bool("reject-refund", false, "act as a supervisor who rejects the refund (the run then says no refund was issued)")
 	analysis := fs.String("analysis", "auto", "the Python analysis step in a gVisor sandbox: auto (when runsc and the guest are found), on or off")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	ex, err := findExample(*exName)
+	if err != nil {
+		return err
+	}
+	spec := &ex.demo
+	if *rejectRefund && spec.rejectTool == "" {
+		return exitCode{2, fmt.Sprintf("demo: --reject-refund has no rejection path in the %s example", ex.name)}
 	}
 	if cm.data == "" {
 		d, err := os.MkdirTemp("", "agentplane-demo-")
@@ -102,19 +116,22 @@ func (c *command) demo(args []string) error {
 			return err
 		}
 		defer p.Close()
-		_, err = setupDemo(c, p, cm.data)
+		_, err = setupDemo(c, p, cm.data, spec)
 		return err
 	}(); err != nil {
 		return err
 	}
 	if *setupOnly {
-		fmt.Fprintf(c.out, "demo set up in %s\n  run: agentplane run card-dispute-assistant --data %s --models %s --user %s --tenant %s --task %q\n",
-			cm.data, cm.data, cm.models, DemoUser, DemoTenant, DemoTask)
+		fmt.Fprintf(c.out, "demo set up in %s\n  run: agentplane run %s --data %s --models %s --user %s --tenant %s --task %q\n",
+			cm.data, spec.agent, cm.data, cm.models, spec.user, spec.tenant, spec.task)
 		return nil
 	}
 	// The dispute needs no sandbox: open without one, whatever was found.
+	// An example whose demo run uses one keeps the sandbox flags.
 	dm := cm
-	dm.guest, dm.runsc = "", ""
+	if !spec.sandbox {
+		dm.guest, dm.runsc = "", ""
+	}
 	p, err := c.open(&dm, nil)
 	if err != nil {
 		return err
@@ -125,15 +142,12 @@ func (c *command) demo(args []string) error {
 			p.Close()
 		}
 	}()
-	fmt.Fprintf(c.out, "agentplane demo: card dispute at a bank (data directory %s)\n\n", cm.data)
-	run, final, err := c.playDemoRun(p, "card-dispute-assistant@prod", DemoTask, *rejectRefund)
+	fmt.Fprintf(c.out, "agentplane demo: %s (data directory %s)\n\n", spec.title, cm.data)
+	run, final, err := c.playDemoRun(p, spec, spec.agent+"@prod", spec.task, *rejectRefund)
 	if err != nil {
 		return err
 	}
-	if err := printBank(c, p.Bank); err != nil {
-		return err
-	}
-	if err := c.printInjection(p.Bank); err != nil {
+	if err := spec.report(c, p); err != nil {
 		return err
 	}
 	q := func(s string) string { return strings.ReplaceAll(s, " ", "\\ ") }
@@ -146,18 +160,22 @@ func (c *command) demo(args []string) error {
 	if err := p.Close(); err != nil {
 		return err
 	}
+	if ex.name != cardDisputeExample.name {
+		return nil // the analysis step is the card-dispute example's
+	}
 	return c.demoAnalysis(cm, *analysis)
 }
 
 // playDemoRun starts a demo run, prints its timeline as it executes and,
 // while it waits for approvals, approves them as the demo's supervisor.
-// With rejectRefund the supervisor rejects refunds and approves the rest.
-func (c *command) playDemoRun(p *platform.Platform, agentRef, task string, rejectRefund bool) (*store.Run, *store.Run, error) {
-	// The ticket is about one customer: every call that names a customer_id
-	// must name this one (tickets and e-mail addresses are left to the
-	// tools' own checks and the agent's policies).
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: DemoTenant, User: DemoUser, Mode: "stream",
-		Bindings: map[string]string{"customer_id": bank.CustomerID}})
+// With reject the approver rejects the spec's rejectTool and approves the
+// rest.
+func (c *command) playDemoRun(p *platform.Platform, spec *demoSpec, agentRef, task string, reject bool) (*store.Run, *store.Run, error) {
+	// The ticket is about one subject (a customer, a staff member): every
+	// call that names it must name this one (the spec's bindings; the
+	// rest is left to the tools' own checks and the agent's policies).
+	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: spec.tenant, User: spec.user, Mode: "stream",
+		Bindings: spec.bindings})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -167,7 +185,7 @@ func (c *command) playDemoRun(p *platform.Platform, agentRef, task string, rejec
 		return nil, nil, err
 	}
 	for final.Status == store.StatusWaiting {
-		pend, err := p.PendingApprovals(c.ctx, DemoTenant)
+		pend, err := p.PendingApprovals(c.ctx, spec.tenant)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -175,17 +193,14 @@ func (c *command) playDemoRun(p *platform.Platform, agentRef, task string, rejec
 			return nil, nil, exitCode{1, "demo run waits, but not for an approval"}
 		}
 		for _, a := range pend {
-			decision, comment := "approve", "checked: it goes to the customer's address on file"
-			switch {
-			case a.Request.Tool == "issue_refund" && rejectRefund:
-				decision, comment = "reject", "hold the refund until the airline confirms the second booking was not used"
-			case a.Request.Tool == "issue_refund":
-				comment = "duplicate charge confirmed against the statement"
+			decision, comment := "approve", spec.comment
+			if reject && a.Request.Tool == spec.rejectTool {
+				decision, comment = "reject", spec.rejectComment
 			}
 			fmt.Fprintf(c.out, "\n  ⏸  run waits: approval %s for group %s\n     %s\n", a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200))
-			fmt.Fprintf(c.out, "     the demo now acts as supervisor %s: agentplane %s %s --as %s\n\n", DemoSupervisor, decision, a.Request.ApprovalID, DemoSupervisor)
-			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: DemoTenant,
-				Decider: DemoSupervisor, Decision: decision, Comment: comment}); err != nil {
+			fmt.Fprintf(c.out, "     the demo now acts as approver %s: agentplane %s %s --as %s\n\n", spec.approver, decision, a.Request.ApprovalID, spec.approver)
+			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: spec.tenant,
+				Decider: spec.approver, Decision: decision, Comment: comment}); err != nil {
 				return nil, nil, err
 			}
 		}
@@ -194,6 +209,19 @@ func (c *command) playDemoRun(p *platform.Platform, agentRef, task string, rejec
 		}
 	}
 	return run, final, nil
+}
+
+// reportCardDispute prints the bank's state after the demo run and
+// whether the instruction planted in the ticket was followed.
+func reportCardDispute(c *command, p *platform.Platform) error {
+	b, err := bankOf(p)
+	if err != nil {
+		return err
+	}
+	if err := printBank(c, b); err != nil {
+		return err
+	}
+	return c.printInjection(b)
 }
 
 // printInjection checks the bank for what the instruction planted in the
@@ -268,21 +296,25 @@ func (c *command) bankCmd(args []string) error {
 		return err
 	}
 	defer p.Close()
+	b, err := bankOf(p)
+	if err != nil {
+		return err
+	}
 	if len(pos) == 1 {
-		if err := p.Bank.GenerateTransactions(c.ctx, *customer, *n, *seed); err != nil {
+		if err := b.GenerateTransactions(c.ctx, *customer, *n, *seed); err != nil {
 			return err
 		}
 		fmt.Fprintf(c.out, "%d synthetic transactions of %s (seed %d) are in the bank\n", *n, *customer, *seed)
 		return nil
 	}
 	if *asJSON {
-		ct, err := p.Bank.Counters(c.ctx)
+		ct, err := b.Counters(c.ctx)
 		if err != nil {
 			return err
 		}
 		return json.NewEncoder(c.out).Encode(ct)
 	}
-	if err := printBank(c, p.Bank); err != nil {
+	if err := printBank(c, b); err != nil {
 		return err
 	}
 	if !*check {
@@ -294,7 +326,7 @@ func (c *command) bankCmd(args []string) error {
 	}
 	bad := 0
 	for _, r := range runs {
-		ct, err := p.Bank.CountersForRun(c.ctx, r.ID)
+		ct, err := b.CountersForRun(c.ctx, r.ID)
 		if err != nil {
 			return err
 		}
@@ -303,7 +335,7 @@ func (c *command) bankCmd(args []string) error {
 			bad++
 		}
 	}
-	total, err := p.Bank.Counters(c.ctx)
+	total, err := b.Counters(c.ctx)
 	if err != nil {
 		return err
 	}

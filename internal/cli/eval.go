@@ -46,7 +46,7 @@ type evalEnv struct {
 }
 
 func (c *command) openEval(cm *common, setPath, tasks string) (*evalEnv, error) {
-	set, err := eval.LoadSet(setPath)
+	set, err := eval.LoadSet(setPath, exampleWorlds()...)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (c *command) openEval(cm *common, setPath, tasks string) (*evalEnv, error) 
 	if err != nil {
 		return nil, err
 	}
-	gw, rates, err := cfg.Build(name, nil, nil)
+	gw, rates, err := cfg.BuildWith(name, platform.BuildOptions{Types: exampleProviders()})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (c *command) evalRun(args []string) error {
 	parallel := fs.Int("parallel", 4, "tasks run at once, each in its own simulated environment")
 	tasks := fs.String("tasks", "", "only tasks whose id matches this glob (e.g. 'inj-*')")
 	record := fs.Bool("record", false, "copy each eval run into the data directory, to replay later with eval compare --runs")
-	keep := fs.String("keep", "", "keep every task's environment (data directory and simulated bank) under this directory")
+	keep := fs.String("keep", "", "keep every task's environment (data directory and simulated world) under this directory")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	timeout := fs.Duration("task-timeout", 2*time.Minute, "bound on each task")
 	pos, err := parseInterleaved(fs, args)
@@ -158,7 +158,7 @@ func (c *command) evalRun(args []string) error {
 func (c *command) evalCompare(args []string) error {
 	var cm common
 	fs := c.flags("eval compare", &cm)
-	setPath := fs.String("set", "", "the eval set: its tasks' banks and expectations judge the runs (required)")
+	setPath := fs.String("set", "", "the eval set: its tasks' worlds and expectations judge the runs (required)")
 	query := fs.String("runs", "", "replay recorded runs selected by QUERY (agent=NAME,status=S,tenant=T,version=V,limit=N); without it the set's tasks run live on both versions")
 	thresholdsFile := fs.String("thresholds", "", "YAML file of thresholds (see docs/design/evals.md)")
 	th := eval.DefaultThresholds()
@@ -376,7 +376,7 @@ func printMetrics(w io.Writer, heads []string, ms []eval.Metrics) {
 func printComparison(w io.Writer, c *eval.Comparison, query string) {
 	n := len(c.Base.Results)
 	if c.Mode == "replay" {
-		fmt.Fprintf(w, "eval compare: %d recorded runs (%s) replayed live on %s and %s, each in a fresh simulated bank; %d matched no task of %s\n\n",
+		fmt.Fprintf(w, "eval compare: %d recorded runs (%s) replayed live on %s and %s, each in a fresh simulated world; %d matched no task of %s\n\n",
 			n, query, c.Base.Version, c.Candidate.Version, c.Unmatched, c.Base.Set.Name)
 	} else {
 		fmt.Fprintf(w, "eval compare: the %d tasks of %s run live on %s and %s\n\n", n, c.Base.Set.Name, c.Base.Version, c.Candidate.Version)

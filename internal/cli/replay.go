@@ -145,7 +145,11 @@ func decisions(ctx context.Context, p *platform.Platform, runID string) (*runDec
 			d.Diverged = &dv
 		}
 	}
-	d.Bank, err = p.Bank.CountersForRun(ctx, runID)
+	b, err := bankOf(p)
+	if err != nil {
+		return nil, err
+	}
+	d.Bank, err = b.CountersForRun(ctx, runID)
 	return d, err
 }
 

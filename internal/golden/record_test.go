@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/agent"
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/cli"
@@ -111,17 +112,23 @@ func newRecorder(t *testing.T, o recordOptions) *recorder {
 		}
 		gw, rates = g, r
 	}
-	p, err := platform.Open(ctx, platform.Options{DataDir: t.TempDir(), Gateway: gw, Rates: rates, Clock: clock.Now, LeaseTTL: time.Hour})
+	dataDir := t.TempDir()
+	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := platform.Open(ctx, platform.Options{DataDir: dataDir, Gateway: gw, Rates: rates, Clock: clock.Now, LeaseTTL: time.Hour,
+		Tools: []catalog.Registrar{b}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	if err := p.ProvisionCardDispute(ctx, cli.DemoTenant, map[string][]string{
-		cli.DemoUser: {"card-ops-agents"}, cli.DemoSupervisor: {"card-ops-supervisors", "card-ops-agents"}}); err != nil {
-		t.Fatal(err)
-	}
 	ms, err := tool.ParseManifests(carddispute.ToolsFile, read(carddispute.ToolsFile))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Provision(ctx, cli.DemoTenant, map[string][]string{
+		cli.DemoUser: {"card-ops-agents"}, cli.DemoSupervisor: {"card-ops-supervisors", "card-ops-agents"}}, ms); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.ApplyManifests(ctx, ms); err != nil {
@@ -146,7 +153,7 @@ func newRecorder(t *testing.T, o recordOptions) *recorder {
 		t.Fatal(err)
 	}
 	if o.history > 0 {
-		if err := p.Bank.GenerateTransactions(ctx, bank.CustomerID, o.history, 2026); err != nil {
+		if err := b.GenerateTransactions(ctx, bank.CustomerID, o.history, 2026); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/sandbox/sandboxtest"
@@ -26,18 +27,16 @@ func BenchmarkAnalysisStep(b *testing.B) {
 	dir := b.TempDir()
 	writeFiles(b, dir, map[string]string{"agent.yaml": "example:analysis/agent.yaml", "turns.yaml": "example:analysis/turns.yaml",
 		"models.yaml": "example:analysis/models.yaml", "run_python.yaml": "example:analysis/run_python.yaml", "tools.yaml": "example:tools.yaml"})
-	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(b, filepath.Join(dir, "data"))}, DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
 		Sandbox: platform.SandboxOptions{Guest: sandboxtest.BuildGuest(b), Runsc: runsc, StateDir: sandboxtest.StateDir(b)}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer p.Close()
 	const tenant, user = "example-bank", "priya@example-bank.in"
-	if err := p.ProvisionCardDispute(ctx, tenant, map[string][]string{user: {"card-ops-agents"}}); err != nil {
-		b.Fatal(err)
-	}
+	provisionCardDispute(b, p, tenant, map[string][]string{user: {"card-ops-agents"}})
 	d := applyExample(b, p, dir, "agent.yaml", "tools.yaml", "run_python.yaml")
-	if err := p.Bank.GenerateTransactions(ctx, bank.CustomerID, 30_000, 2026); err != nil {
+	if err := bankOf(p).GenerateTransactions(ctx, bank.CustomerID, 30_000, 2026); err != nil {
 		b.Fatal(err)
 	}
 	var walls, provs, sbWalls []float64

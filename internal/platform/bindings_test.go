@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/authz"
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -30,15 +31,13 @@ turns:
 `
 	writeFiles(t, dir, map[string]string{"turns.yaml": turns,
 		"tools.yaml": "example:tools.yaml", "agent.yaml": "example:agent.yaml", "models.yaml": "example:models.yaml"})
-	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml")})
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(t, filepath.Join(dir, "data"))}, DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	const tenant, staff, agentUser = "example-bank", "priya@example-bank.in", "asha-desk@example-bank.in"
-	if err := p.ProvisionCardDispute(ctx, tenant, map[string][]string{staff: {"card-ops-agents"}}); err != nil {
-		t.Fatal(err)
-	}
+	provisionCardDispute(t, p, tenant, map[string][]string{staff: {"card-ops-agents"}})
 	d := applyExample(t, p, dir, "agent.yaml", "tools.yaml")
 	r, err := p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "look up the ticket's customer", Tenant: tenant, User: staff,
 		Bindings: map[string]string{"customer_id": "c_88213"}})

@@ -8,7 +8,9 @@ import (
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/examples/carddispute"
+	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/tool"
 )
 
 // writeFiles writes files into dir: each value is the file's text, or, when
@@ -53,4 +55,45 @@ func applyExample(tb testing.TB, p *platform.Platform, dir string, agentFile str
 		tb.Fatal(err)
 	}
 	return d
+}
+
+// openBank opens the card-dispute bank in a data directory, as the CLI
+// does, for the platform to register its tools (and close it).
+func openBank(tb testing.TB, dataDir string) *bank.Bank {
+	tb.Helper()
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// bankOf returns the bank a platform was opened with.
+func bankOf(p *platform.Platform) *bank.Bank {
+	for _, r := range p.Tools {
+		if b, ok := r.(*bank.Bank); ok {
+			return b
+		}
+	}
+	panic("platform opened without the bank")
+}
+
+// provisionCardDispute gives tenant's users the card-dispute tools' scopes
+// and their connectors secrets (platform.Provision).
+func provisionCardDispute(tb testing.TB, p *platform.Platform, tenant string, users map[string][]string) {
+	tb.Helper()
+	data, err := carddispute.ReadFile(carddispute.ToolsFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ms, err := tool.ParseManifests(carddispute.ToolsFile, data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := p.Provision(context.Background(), tenant, users, ms); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -10,13 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/agentplane/agentplane/examples/carddispute/simmodel"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/anthropic"
 	"github.com/agentplane/agentplane/model/openai"
@@ -48,9 +48,6 @@ const (
 	ProviderScripted  = "scripted"
 	ProviderAnthropic = "anthropic"
 	ProviderOpenAI    = "openai"
-	// ProviderSim is the card-dispute example's simulated model (a test
-	// fixture for evals, not a model).
-	ProviderSim = "sim"
 )
 
 // ProviderConfig configures one provider. Which fields apply depends on
@@ -135,6 +132,11 @@ type BuildOptions struct {
 	Logger *slog.Logger
 	Now    func() time.Time
 	Sleep  func(context.Context, time.Duration) error
+	// Types are provider types beyond scripted, anthropic and openai, each
+	// made by its function and taking no fields: an example's simulated
+	// model for evals (a test fixture standing in for a model). The
+	// built-in types win over one of the same name.
+	Types map[string]func() model.Provider
 }
 
 // Build turns the config into a gateway and rates. readFile resolves paths
@@ -282,14 +284,25 @@ func (pc ProviderConfig) build(filename, name string, o BuildOptions) (model.Pro
 			return nil, bad("%w", err)
 		}
 		return p, nil
-	case ProviderSim:
-		// A rule-based stand-in for a model, for card-dispute evals; see
-		// package simmodel. It takes no fields.
-		return simmodel.New(simmodel.Options{}), nil
 	case "":
-		return nil, bad("no type (known: %s, %s, %s, %s)", ProviderAnthropic, ProviderOpenAI, ProviderScripted, ProviderSim)
+		return nil, bad("no type (known: %s)", strings.Join(o.knownTypes(), ", "))
 	}
-	return nil, bad("unknown type %q (known: %s, %s, %s, %s)", pc.Type, ProviderAnthropic, ProviderOpenAI, ProviderScripted, ProviderSim)
+	if mk, ok := o.Types[pc.Type]; ok && mk != nil {
+		return mk(), nil // its fields were refused above: it takes none
+	}
+	return nil, bad("unknown type %q (known: %s)", pc.Type, strings.Join(o.knownTypes(), ", "))
+}
+
+// knownTypes lists the built-in provider types and those o adds.
+func (o BuildOptions) knownTypes() []string {
+	out := []string{ProviderAnthropic, ProviderOpenAI, ProviderScripted}
+	for t := range o.Types {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // missingKey stands in for a provider whose API key variable is unset: the

@@ -10,6 +10,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -22,7 +23,6 @@ import (
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/engine"
-	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/scripted"
@@ -35,8 +35,15 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// DataDir holds the database, blobs and the demo bank.
+	// DataDir holds the database and blobs.
 	DataDir string
+	// Tools are tier-1 functions beyond the platform's own (catalog.New):
+	// an example's simulated world, a team's tools. One that is also an
+	// io.Closer is closed by Platform.Close.
+	Tools []catalog.Registrar
+	// ProviderTypes are model provider types beyond the built-in ones
+	// (BuildOptions.Types): an example's simulated model for evals.
+	ProviderTypes map[string]func() model.Provider
 	// ModelsFile is models.yaml; default DataDir/models.yaml.
 	ModelsFile string
 	// Models, when set, replaces the models file (tests, demo).
@@ -68,9 +75,10 @@ type Options struct {
 
 // Platform is a running agentplane instance.
 type Platform struct {
-	Store    *sqlite.Store
-	Bank     *bank.Bank
-	Catalog  *tool.Catalog
+	Store   *sqlite.Store
+	Catalog *tool.Catalog
+	// Tools are the extensions the catalog was built with (Options.Tools).
+	Tools    []catalog.Registrar
 	Registry *agent.Registry
 	Broker   *broker.Broker
 	Loop     *loop.Loop
@@ -122,11 +130,8 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		p.Close()
 		return nil, err
 	}
-	p.Bank, err = bank.Open(filepath.Join(o.DataDir, "bank.db"))
-	if err != nil {
-		return fail(err)
-	}
-	p.Catalog, err = catalog.New(catalog.Options{Bank: p.Bank})
+	p.Tools = o.Tools
+	p.Catalog, err = catalog.New(o.Tools...)
 	if err != nil {
 		return fail(err)
 	}
@@ -202,7 +207,7 @@ func buildGateway(o Options) (*model.Gateway, *model.Rates, error) {
 			return nil, nil, err
 		}
 	}
-	return cfg.Build(name, read, o.Script)
+	return cfg.BuildWith(name, BuildOptions{ReadFile: read, Script: o.Script, Types: o.ProviderTypes})
 }
 
 // noModels answers every call with a clear configuration error.
@@ -210,7 +215,7 @@ type noModels struct{}
 
 // NoModelsHint says how to configure a model; serve prints it at start and
 // every call without a models file fails with it.
-const NoModelsHint = "write models.yaml in the data directory or pass --models FILE (see examples/carddispute/files/models.yaml)"
+const NoModelsHint = "write models.yaml in the data directory or pass --models FILE (see examples/*/files/models.yaml)"
 
 func (noModels) Complete(_ context.Context, alias string, _ *model.Request, _ model.Attribution) (*model.CallResult, error) {
 	return nil, &model.Error{Err: errNoModel(alias)}
@@ -253,8 +258,10 @@ func (p *Platform) Close() error {
 	if p.Sandboxes != nil {
 		p.Sandboxes.Stop()
 	}
-	if p.Bank != nil {
-		errs = append(errs, p.Bank.Close())
+	for _, r := range p.Tools {
+		if c, ok := r.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
 	}
 	if p.Store != nil {
 		errs = append(errs, p.Store.Close())

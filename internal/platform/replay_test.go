@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
@@ -44,15 +45,13 @@ func openDemo(t *testing.T) *platform.Platform {
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"alt.yaml": altTurns, "models.yaml": replayModels,
 		"turns.yaml": "example:turns.yaml", "tools.yaml": "example:tools.yaml", "agent.yaml": "example:agent.yaml"})
-	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
+	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{openBank(t, filepath.Join(dir, "data"))}, DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"),
 		Directory: platform.StaticDirectory{"example-bank": {"meera": {"card-ops-supervisors", "card-ops-agents"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	if err := p.ProvisionCardDispute(ctx, "example-bank", map[string][]string{"priya": nil, "meera": {"card-ops-supervisors", "card-ops-agents"}}); err != nil {
-		t.Fatal(err)
-	}
+	provisionCardDispute(t, p, "example-bank", map[string][]string{"priya": nil, "meera": {"card-ops-supervisors", "card-ops-agents"}})
 	applyExample(t, p, dir, "agent.yaml", "tools.yaml")
 	return p
 }
@@ -127,7 +126,7 @@ func TestRecordedReplayFromEveryStepReproducesTheRun(t *testing.T) {
 	p := openDemo(t)
 	ctx := context.Background()
 	orig := demoRun(t, p)
-	before, _ := p.Bank.Counters(ctx)
+	before, _ := bankOf(p).Counters(ctx)
 	origEvs, _ := p.Store.Events(ctx, orig.ID, 0, 0)
 	want := normal(t, origEvs)
 	got0, _ := p.Store.GetRun(ctx, orig.ID)
@@ -153,7 +152,7 @@ func TestRecordedReplayFromEveryStepReproducesTheRun(t *testing.T) {
 			t.Fatalf("from step %d: verify %d/%d %v", step, n, len(evs), err)
 		}
 	}
-	after, _ := p.Bank.Counters(ctx)
+	after, _ := bankOf(p).Counters(ctx)
 	if after != before {
 		t.Fatalf("replays changed the bank: %+v -> %+v", before, after)
 	}
@@ -163,7 +162,7 @@ func TestLiveReplayEnforcesSideEffects(t *testing.T) {
 	p := openDemo(t)
 	ctx := context.Background()
 	orig := demoRun(t, p)
-	before, _ := p.Bank.Counters(ctx)
+	before, _ := bankOf(p).Counters(ctx)
 	for _, tc := range []struct {
 		name      string
 		mocks     map[string]json.RawMessage
@@ -213,7 +212,7 @@ func TestLiveReplayEnforcesSideEffects(t *testing.T) {
 			}
 		})
 	}
-	after, _ := p.Bank.Counters(ctx)
+	after, _ := bankOf(p).Counters(ctx)
 	if after.RefundsIssued != before.RefundsIssued || after.EmailsSent != before.EmailsSent || after.DisputesRaised != before.DisputesRaised {
 		t.Fatalf("a replay reached the bank: %+v -> %+v", before, after)
 	}

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sort"
 	"sync"
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/secrets"
+	"github.com/agentplane/agentplane/tool"
 )
 
 // SecretsKeyFile is the key file of the embedded secrets store, inside the
@@ -97,20 +100,31 @@ func (p *Platform) SetUser(ctx context.Context, pr *authz.Principal) error {
 	return authz.Put(ctx, p.Store, pr)
 }
 
-// CardDisputeScopes are the scopes the card-dispute example's tools need
-// (examples/carddispute/files/tools.yaml, auth.scopes).
-var CardDisputeScopes = []string{"tickets:read", "customers:read", "transactions:read", "disputes:write", "refunds:write", "email:draft", "email:send"}
-
-// CardDisputeConnectors are the connectors of the card-dispute tools.
-var CardDisputeConnectors = []string{"support-desk", "core-banking", "email"}
-
-// ProvisionCardDispute makes tenant ready to run the card-dispute example:
-// each user in users (user -> groups) gets the scopes its tools need, and
-// each of its connectors gets a fresh random secret for the credential
-// broker. The demo and end-to-end tests use it.
-func (p *Platform) ProvisionCardDispute(ctx context.Context, tenant string, users map[string][]string) error {
+// Provision makes tenant ready to run agents granted tools: each user in
+// users (user -> groups) gets every scope the tools' manifests ask for
+// (auth.scopes), and each of their connectors (a tool without one is its
+// own) gets a fresh random secret for the credential broker. The demos and
+// end-to-end tests use it; production tenants set users and secrets one by
+// one (agentplane users).
+func (p *Platform) Provision(ctx context.Context, tenant string, users map[string][]string, tools []*tool.Manifest) error {
+	var scopes, conns []string
+	for _, m := range tools {
+		for _, s := range m.Auth.Scopes {
+			if !slices.Contains(scopes, s) {
+				scopes = append(scopes, s)
+			}
+		}
+		c := m.Connector
+		if c == "" {
+			c = m.Name
+		}
+		if !slices.Contains(conns, c) {
+			conns = append(conns, c)
+		}
+	}
+	sort.Strings(scopes)
 	for user, groups := range users {
-		pr, err := authz.New(tenant, user, CardDisputeScopes, groups, nil)
+		pr, err := authz.New(tenant, user, scopes, groups, nil)
 		if err != nil {
 			return err
 		}
@@ -118,7 +132,7 @@ func (p *Platform) ProvisionCardDispute(ctx context.Context, tenant string, user
 			return err
 		}
 	}
-	for _, conn := range CardDisputeConnectors {
+	for _, conn := range conns {
 		b := make([]byte, 32)
 		if _, err := rand.Read(b); err != nil {
 			return err

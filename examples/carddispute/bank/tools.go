@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/tool"
 )
 
@@ -39,7 +40,8 @@ func ToolNames() []string {
 }
 
 // Register adds the bank's tools to the catalog under their names
-// (ToolNames). It fails if any name is already taken.
+// (ToolNames) and reviews the example's manifests for them. It fails if any
+// name is already taken.
 func (b *Bank) Register(c *tool.Catalog) error {
 	for _, t := range []struct {
 		name string
@@ -57,7 +59,9 @@ func (b *Bank) Register(c *tool.Catalog) error {
 			return fmt.Errorf("bank: %w", err)
 		}
 	}
-	return nil
+	// The example's manifests ship with these functions and are reviewed
+	// with them; the same names with other text are not.
+	return c.ReviewFiles(carddispute.Files, "files/"+carddispute.ToolsFile, "analysis/run_python.yaml")
 }
 
 // invalid is the result for arguments the bank refuses to read.

@@ -5,22 +5,25 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentplane/agentplane/examples/carddispute/simmodel"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/model"
 )
 
-// models.yaml names the simulated model as provider type sim.
+// models.yaml names the simulated model as provider type carddispute-sim,
+// which a program adds to the built-in types (platform.BuildOptions.Types).
 func TestModelsYAMLProviderTypeSim(t *testing.T) {
+	types := map[string]func() model.Provider{simmodel.ProviderType: func() model.Provider { return simmodel.New(simmodel.Options{}) }}
 	cfg, err := platform.ParseModelsConfig("models.yaml", []byte(`
 providers:
-  sim: {type: sim}
+  sim: {type: carddispute-sim}
 aliases:
   - {name: standard, provider: sim, model_id: sim-card-dispute, price: {currency: USD, input_per_mtok: 2000000, output_per_mtok: 10000000}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, _, err := cfg.Build("models.yaml", nil, nil)
+	gw, _, err := cfg.BuildWith("models.yaml", platform.BuildOptions{Types: types})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +39,13 @@ aliases:
 		t.Fatalf("answer %+v, calls %+v", res, calls)
 	}
 	// Fields of other provider types are refused.
-	cfg, _ = platform.ParseModelsConfig("models.yaml", []byte("providers: {sim: {type: sim, script: turns.yaml}}\naliases: []\n"))
-	if _, _, err := cfg.Build("models.yaml", nil, nil); err == nil || !strings.Contains(err.Error(), `do not apply to type "sim"`) {
+	cfg, _ = platform.ParseModelsConfig("models.yaml", []byte("providers: {sim: {type: carddispute-sim, script: turns.yaml}}\naliases: []\n"))
+	if _, _, err := cfg.BuildWith("models.yaml", platform.BuildOptions{Types: types}); err == nil || !strings.Contains(err.Error(), `do not apply to type "carddispute-sim"`) {
 		t.Fatalf("stray field: %v", err)
+	}
+	// Without the type added, the configuration is refused.
+	cfg, _ = platform.ParseModelsConfig("models.yaml", []byte("providers: {sim: {type: carddispute-sim}}\naliases: []\n"))
+	if _, _, err := cfg.Build("models.yaml", nil, nil); err == nil || !strings.Contains(err.Error(), `unknown type "carddispute-sim"`) {
+		t.Fatalf("unknown type: %v", err)
 	}
 }

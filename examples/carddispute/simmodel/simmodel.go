@@ -39,6 +39,10 @@ import (
 // Options configure a Provider. The zero value is ready to use.
 type Options struct{}
 
+// ProviderType is the provider type models.yaml names the simulated model
+// by; a program adds it with platform.BuildOptions.Types.
+const ProviderType = "carddispute-sim"
+
 // Provider is the simulated model. It is safe for concurrent use.
 type Provider struct{}
 
