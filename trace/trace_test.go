@@ -502,4 +502,3 @@ func TestPayloadDecoding(t *testing.T) {
 		})
 	}
 }
-
