@@ -85,24 +85,24 @@ type Func func(ctx context.Context, call Call) (Result, error)
 // A catalog is built before it is used and then only read.
 type Catalog struct {
 	funcs    map[string]Func
-	reviewed map[string][32]byte
+	reviewed map[[32]byte]string // manifest hash -> tool name
 }
 
 // NewCatalog returns an empty catalog.
 func NewCatalog() *Catalog {
-	return &Catalog{funcs: map[string]Func{}, reviewed: map[string][32]byte{}}
+	return &Catalog{funcs: map[string]Func{}, reviewed: map[[32]byte]string{}}
 }
 
 // Review records manifests as reviewed by the platform team, by their hash:
 // the same tool with any other description, schema or flag is not
-// reviewed. A name reviewed twice with different manifests is an error.
+// reviewed. One name may have several reviewed manifests (two examples
+// each ship a run_python of their own); each is reviewed as it is.
 func (c *Catalog) Review(ms ...*Manifest) error {
 	for _, m := range ms {
-		h := m.Hash()
-		if prev, ok := c.reviewed[m.Name]; ok && prev != h {
-			return fmt.Errorf("tool catalog: %q reviewed with two different manifests", m.Name)
+		if m == nil || m.Name == "" {
+			return fmt.Errorf("tool catalog: review of a manifest without a name")
 		}
-		c.reviewed[m.Name] = h
+		c.reviewed[m.Hash()] = m.Name
 	}
 	return nil
 }
@@ -131,8 +131,8 @@ func (c *Catalog) ReviewFiles(fsys fs.FS, names ...string) error {
 // Reviewed reports whether m is, byte for byte, a manifest the platform
 // reviewed.
 func (c *Catalog) Reviewed(m *Manifest) bool {
-	h, ok := c.reviewed[m.Name]
-	return ok && h == m.Hash()
+	name, ok := c.reviewed[m.Hash()]
+	return ok && name == m.Name
 }
 
 // Register adds fn under name; a duplicate name is an error.
