@@ -117,7 +117,9 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		t.Fatalf("%d runs, want %d", len(runs), n)
 	}
 
-	// A reference run, never interrupted, in the same data directory.
+	// A reference run, never interrupted, in the same data directory, its
+	// approvals decided as crashtest.sh decides them (with its comment, which
+	// the model is told).
 	ref, err := p.StartRun(ctx, platform.StartRequest{Agent: agentRef, Task: runs[0].Task, Tenant: runs[0].Tenant, User: runs[0].User})
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +137,7 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 			t.Fatalf("reference run waits without a pending approval (%v)", err)
 		}
 		for _, a := range pend {
-			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: approver, Decision: "approve"}); err != nil {
+			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: approver, Decision: "approve", Comment: "crash test"}); err != nil {
 				t.Fatal(err)
 			}
 		}
