@@ -264,7 +264,7 @@ func TestClass12StreamOutlivesWriteTimeout(t *testing.T) {
 				t.Fatalf("the stream ended after %v without an end event (last line %q at %v)", time.Since(start), last.text, last.at)
 			}
 			last = l
-			if l.text == "event: end" {
+			if l.text == "event: "+api.StreamEnd {
 				if l.at < 3*writeTimeout {
 					t.Fatalf("end after %v, before the test cancelled the run", l.at)
 				}

@@ -163,7 +163,10 @@ type sceneExpects struct {
 		Why     string `yaml:"why"`
 	} `yaml:"requests"`
 	// Taint is the source the run's taint event must name.
-	Taint  string `yaml:"taint"`
+	Taint string `yaml:"taint"`
+	// Reason is a substring of the run's end reason (a loop-detection
+	// stop, say).
+	Reason string `yaml:"reason"`
 	Status string `yaml:"status"`
 	Bank   struct {
 		Disputes    int   `yaml:"disputes"`
@@ -225,9 +228,10 @@ func loadScenario(t *testing.T, file string) *scenario {
 		t.Fatalf("%s: %v", file, err)
 	}
 	// A scenario whose only channel out is the answer itself is stopped by
-	// rendering (expect.output_flags), not by a broker control.
-	if sc.Description == "" || len(sc.Turns) == 0 || len(sc.Expect.Stopped) == 0 && len(sc.Expect.OutputFlags) == 0 || sc.Expect.Status == "" {
-		t.Fatalf("%s: a scenario needs a description, turns, expect.stopped (or expect.output_flags) and expect.status", file)
+	// rendering (expect.output_flags), and one the loop ends by its
+	// reason (expect.reason), not by a broker control.
+	if sc.Description == "" || len(sc.Turns) == 0 || len(sc.Expect.Stopped) == 0 && len(sc.Expect.OutputFlags) == 0 && sc.Expect.Reason == "" || sc.Expect.Status == "" {
+		t.Fatalf("%s: a scenario needs a description, turns, expect.stopped (or expect.output_flags, or expect.reason) and expect.status", file)
 	}
 	switch sc.Channel {
 	case "ticket", "email", "tool_result", "tool_description", "task":
@@ -470,6 +474,9 @@ func runScenario(t *testing.T, name string, sc *scenario, manifests []*tool.Mani
 	}
 	if got.Status != sc.Expect.Status {
 		t.Errorf("run ended %s, want %s (%s)", got.Status, sc.Expect.Status, got.Result)
+	}
+	if sc.Expect.Reason != "" && !strings.Contains(got.Result, sc.Expect.Reason) {
+		t.Errorf("run ended with %q, want a reason containing %q", got.Result, sc.Expect.Reason)
 	}
 	checkStops(t, sc, evs)
 	checkRequests(t, sc, evs)
