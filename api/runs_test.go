@@ -12,7 +12,6 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
-	"path/filepath"
 )
 
 // TestAsyncRunThroughApproval drives the demo over HTTP: an async run waits
@@ -235,7 +234,7 @@ func TestStreamRun(t *testing.T) {
 // does, for the platform to register its tools (and close it).
 func openBank(tb testing.TB, dataDir string) *bank.Bank {
 	tb.Helper()
-	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	b, err := bank.OpenIn(dataDir)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -244,10 +243,9 @@ func openBank(tb testing.TB, dataDir string) *bank.Bank {
 
 // bankOf returns the bank a platform was opened with.
 func bankOf(p *platform.Platform) *bank.Bank {
-	for _, r := range p.Tools {
-		if b, ok := r.(*bank.Bank); ok {
-			return b
-		}
+	b := bank.Find(p.Tools)
+	if b == nil {
+		panic("platform opened without the bank")
 	}
-	panic("platform opened without the bank")
+	return b
 }

@@ -891,10 +891,7 @@ func unescape(data []byte) []byte {
 // does, for the platform to register its tools (and close it).
 func openBank(tb testing.TB, dataDir string) *bank.Bank {
 	tb.Helper()
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		tb.Fatal(err)
-	}
-	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	b, err := bank.OpenIn(dataDir)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -903,10 +900,9 @@ func openBank(tb testing.TB, dataDir string) *bank.Bank {
 
 // bankOf returns the bank a platform was opened with.
 func bankOf(p *platform.Platform) *bank.Bank {
-	for _, r := range p.Tools {
-		if b, ok := r.(*bank.Bank); ok {
-			return b
-		}
+	b := bank.Find(p.Tools)
+	if b == nil {
+		panic("platform opened without the bank")
 	}
-	panic("platform opened without the bank")
+	return b
 }

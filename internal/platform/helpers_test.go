@@ -61,10 +61,7 @@ func applyExample(tb testing.TB, p *platform.Platform, dir string, agentFile str
 // does, for the platform to register its tools (and close it).
 func openBank(tb testing.TB, dataDir string) *bank.Bank {
 	tb.Helper()
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		tb.Fatal(err)
-	}
-	b, err := bank.Open(filepath.Join(dataDir, "bank.db"))
+	b, err := bank.OpenIn(dataDir)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -73,12 +70,11 @@ func openBank(tb testing.TB, dataDir string) *bank.Bank {
 
 // bankOf returns the bank a platform was opened with.
 func bankOf(p *platform.Platform) *bank.Bank {
-	for _, r := range p.Tools {
-		if b, ok := r.(*bank.Bank); ok {
-			return b
-		}
+	b := bank.Find(p.Tools)
+	if b == nil {
+		panic("platform opened without the bank")
 	}
-	panic("platform opened without the bank")
+	return b
 }
 
 // provisionCardDispute gives tenant's users the card-dispute tools' scopes
