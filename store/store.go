@@ -354,3 +354,41 @@ type TenantStore interface {
 	// PutTenantSettings creates or replaces the tenant's settings.
 	PutTenantSettings(ctx context.Context, s *TenantSettings) error
 }
+
+// Connector is a tenant's registered MCP server (package mcphost gives the
+// bytes their meaning). Connector names are unique across the deployment,
+// as tool names are: agent definitions grant tools by connector name.
+type Connector struct {
+	Tenant string
+	Name   string
+	// Spec is the connector's definition as canonical JSON: transport,
+	// endpoint or command and image, auth method, network allowlist.
+	Spec []byte
+	// Overlays is the manifest overlay file of its tools, as written.
+	Overlays []byte
+	// Snapshot is the reviewed snapshot of the server's tools (canonical
+	// JSON) and SnapshotHash its hex sha256; both empty until the first
+	// review. ReviewedBy and ReviewedAt say who approved it and when.
+	Snapshot     []byte
+	SnapshotHash string
+	ReviewedBy   string
+	ReviewedAt   time.Time
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// ConnectorStore persists connectors. It is optional: a Store that also
+// implements it can host MCP connectors.
+type ConnectorStore interface {
+	// PutConnector creates or replaces the connector (tenant, name). A
+	// name another tenant holds is ErrConflict.
+	PutConnector(ctx context.Context, c *Connector) error
+	// GetConnector returns the tenant's connector, or ErrNotFound (also
+	// when another tenant holds the name).
+	GetConnector(ctx context.Context, tenant, name string) (*Connector, error)
+	// ListConnectors lists the connectors of tenant ("" = all), ordered by
+	// name.
+	ListConnectors(ctx context.Context, tenant string) ([]*Connector, error)
+	// DeleteConnector removes the connector or returns ErrNotFound.
+	DeleteConnector(ctx context.Context, tenant, name string) error
+}

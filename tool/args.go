@@ -78,6 +78,44 @@ func (m *Manifest) ValidateArgs(args json.RawMessage) error {
 	return &ArgsError{Tool: m.Name, Problems: problems}
 }
 
+// ValidateResult checks an MCP tool's structured result against the output
+// schema its server declared. A tool without an output schema accepts any
+// result; one with a schema must return structured content matching it. A
+// mismatch is an *ArgsError naming the result.
+func (m *Manifest) ValidateResult(structured json.RawMessage) error {
+	if m.MCP == nil || m.MCP.OutputSchema == nil {
+		return nil
+	}
+	if m.MCP.output == nil {
+		return fmt.Errorf("tool %q: manifest was not loaded, so it has no compiled output schema", m.Name)
+	}
+	bad := func(format string, a ...any) error {
+		return &ArgsError{Tool: m.Name, Problems: []string{fmt.Sprintf(format, a...)}}
+	}
+	if len(structured) == 0 {
+		return bad("the tool declares an output schema but returned no structured content")
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(structured))
+	if err != nil {
+		return bad("structured content is not valid JSON: %v", err)
+	}
+	err = m.MCP.output.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return bad("%s", oneLine(err.Error()))
+	}
+	var problems []string
+	collectProblems(ve, &problems)
+	slices.Sort(problems)
+	if len(problems) > maxArgsProblems {
+		problems = problems[:maxArgsProblems]
+	}
+	return &ArgsError{Tool: m.Name, Problems: problems}
+}
+
 // collectProblems appends one message per leaf of the error tree, without
 // repeats.
 func collectProblems(e *jsonschema.ValidationError, out *[]string) {

@@ -74,6 +74,9 @@ var (
 	reGroup     = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 	reArgName   = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 	reDNSLabel  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	// reMCPToolName is the MCP specification's tool name: 1 to 128 of
+	// A-Z, a-z, 0-9, '_', '-' and '.'.
+	reMCPToolName = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 )
 
 // Manifest is the enforced contract of one tool. Manifests come from
@@ -120,8 +123,27 @@ type Manifest struct {
 	CPUMS          int
 	Image          string
 	MaxOutputBytes int
+	// MCP is set for a tool served by an MCP connector (package mcphost):
+	// the tool's name on the server and the output schema it declared.
+	// Such a tool runs out of process (tier 2 or 3) and its output is
+	// never trusted.
+	MCP *MCP
 
 	schema *jsonschema.Schema
+}
+
+// MCP binds a manifest to a tool of an MCP server. The manifest's
+// description and input schema are the server's, as a reviewer approved
+// them (the connector's snapshot); everything else is the overlay's.
+type MCP struct {
+	// Tool is the tool's name on the server (MCP names allow upper case,
+	// '-' and '.'; the manifest's Name is the agentplane name).
+	Tool string
+	// OutputSchema is the server's declared output schema, canonical JSON
+	// (nil: none declared).
+	OutputSchema json.RawMessage
+
+	output *jsonschema.Schema
 }
 
 // Network lists the endpoints a tool may reach. An empty list means no
@@ -198,6 +220,12 @@ type rawManifest struct {
 	CPUMS             int                `yaml:"cpu_ms" json:"cpu_ms"`
 	Image             string             `yaml:"image" json:"image"`
 	MaxOutputBytes    int                `yaml:"max_output_bytes" json:"max_output_bytes"`
+	MCP               *rawMCP            `yaml:"mcp" json:"mcp"`
+}
+
+type rawMCP struct {
+	Tool         string     `yaml:"tool" json:"tool"`
+	OutputSchema *jsonValue `yaml:"output_schema" json:"output_schema"`
 }
 
 type rawNetwork struct {
@@ -485,6 +513,7 @@ func (c *checker) build(raw *rawManifest) *Manifest {
 	}
 
 	c.sandbox(m)
+	c.mcp(m, raw.MCP)
 
 	switch {
 	case m.MaxOutputBytes == 0:
@@ -753,6 +782,39 @@ func (c *checker) sandbox(m *Manifest) {
 	}
 }
 
+// mcp checks the binding of a tool to an MCP server's tool.
+func (c *checker) mcp(m *Manifest, raw *rawMCP) {
+	if raw == nil {
+		return
+	}
+	m.MCP = &MCP{Tool: raw.Tool}
+	if !reMCPToolName.MatchString(raw.Tool) {
+		c.add("mcp.tool", "must be the server's tool name: 1 to 128 letters, digits, _, - and . (got %q)", raw.Tool)
+	}
+	if m.Connector == "" {
+		c.add("connector", "required for an MCP tool: the connector whose server serves it")
+	}
+	if m.Tier == 1 {
+		c.add("tier", "an MCP tool runs out of process: tier 2 (a sandbox or a remote server behind the egress proxy) or 3")
+	}
+	if !m.UntrustedOutput {
+		c.add("untrusted_output", "an MCP server's output is never the platform's text; it cannot be declared trusted")
+	}
+	if raw.OutputSchema == nil || raw.OutputSchema.raw == nil {
+		return
+	}
+	if len(raw.OutputSchema.raw) > maxSchemaBytes {
+		c.add("mcp.output_schema", "larger than %d bytes", maxSchemaBytes)
+		return
+	}
+	sch, err := compileSchema(raw.OutputSchema.raw)
+	if err != nil {
+		c.add("mcp.output_schema", "invalid JSON Schema: %s", oneLine(err.Error()))
+		return
+	}
+	m.MCP.OutputSchema, m.MCP.output = raw.OutputSchema.raw, sch
+}
+
 func isSpaceOrControl(r rune) bool { return r <= ' ' || r == 0x7f }
 
 // CanonicalJSON returns the manifest as canonical JSON, with every default
@@ -822,6 +884,13 @@ func (m *Manifest) CanonicalJSON() []byte {
 	}
 	if m.CPUMS != 0 {
 		w["cpu_ms"] = m.CPUMS
+	}
+	if m.MCP != nil {
+		mw := map[string]any{"tool": m.MCP.Tool}
+		if json.Valid(m.MCP.OutputSchema) {
+			mw["output_schema"] = m.MCP.OutputSchema
+		}
+		w["mcp"] = mw
 	}
 	b, err := jsoncanon.Marshal(w)
 	if err != nil {

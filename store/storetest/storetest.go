@@ -40,6 +40,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Signals", func(t *testing.T) { testSignals(t, newStore(t)) })
 	t.Run("Principals", func(t *testing.T) { testPrincipals(t, newStore(t)) })
 	t.Run("TenantSettings", func(t *testing.T) { testTenantSettings(t, newStore(t)) })
+	t.Run("Connectors", func(t *testing.T) { testConnectors(t, newStore(t)) })
 }
 
 // Base is the time the suite's runs are created at and its leases are taken
