@@ -58,6 +58,9 @@ type Options struct {
 	// Executors run tools of tier 2 and 3 out of process, by tier (see
 	// package sandbox/toolrun). A tier without one fails closed.
 	Executors map[int]Executor
+	// Remote runs tools served by MCP connectors (manifests with an MCP
+	// binding; package mcphost). Without it such tools fail closed.
+	Remote Remote
 	// Directory knows each tenant's users and their permissions. Without
 	// one, every user is unknown: tools that act for a user are denied.
 	Directory authz.Directory
@@ -168,7 +171,35 @@ func (b *Broker) Decide(ctx context.Context, p Proposal) trace.Decision {
 // only a reviewed manifest's description is trusted text, and only a
 // reviewed tier-1 tool that declares untrusted_output: false has trusted
 // output.
-func (b *Broker) Reviewed(m *tool.Manifest) bool { return b.o.Catalog.Reviewed(m) }
+func (b *Broker) Reviewed(m *tool.Manifest) bool {
+	if m.MCP != nil {
+		// A connector's tools are reviewed with its snapshot, not in the
+		// catalog; only the manifests of its current review count.
+		return b.o.Remote != nil && b.o.Remote.Reviewed(m)
+	}
+	return b.o.Catalog.Reviewed(m)
+}
+
+// Remote runs the tools of MCP connectors. Safe for concurrent use.
+type Remote interface {
+	// Call makes the call on the connector's server. A *Refused error
+	// means the host stopped the call before it reached the server (a
+	// quarantined tool, a connector of another tenant): the model sees
+	// the reason. Any other error means the platform failed.
+	Call(ctx context.Context, m *tool.Manifest, call tool.Call) (tool.Result, error)
+	// Reviewed reports whether m is a manifest of its connector's
+	// current reviewed snapshot.
+	Reviewed(m *tool.Manifest) bool
+}
+
+// Refused is a call a Remote stopped before it reached the server.
+type Refused struct {
+	// Control names what stopped it ("quarantine", "connector").
+	Control string
+	Reason  string
+}
+
+func (r *Refused) Error() string { return r.Reason }
 
 // Executor runs a tool of tier 2 or 3 in a sandbox. It returns the tool's
 // result and the boundary record; a Go error means the platform failed.
@@ -206,6 +237,9 @@ func (b *Broker) Execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 // executeSecured.
 func (b *Broker) execute(ctx context.Context, m *tool.Manifest, call tool.Call) (Execution, error) {
 	start := b.o.Clock()
+	if m.MCP != nil {
+		return b.executeRemote(ctx, m, call, start)
+	}
 	if ex := b.o.Executors[m.Tier]; m.Tier != 1 && ex != nil {
 		return b.executeSandboxed(ctx, ex, m, call, start)
 	}
@@ -232,6 +266,45 @@ func (b *Broker) execute(ctx context.Context, m *tool.Manifest, call tool.Call) 
 	if err != nil {
 		b.o.Logger.Error("tool failed", "tool", m.Name, "run", call.RunID, "err", b.redactR.With(call.Credential).Error(err))
 		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s failed", m.Name)})
+		return Execution{Status: trace.StatusError, Output: out, LatencyMS: lat}, nil
+	}
+	st := trace.StatusOK
+	if res.IsError {
+		st = trace.StatusError
+	}
+	out := []byte(res.Output)
+	if len(out) == 0 {
+		out = []byte("null")
+	}
+	return Execution{Status: st, Output: out, LatencyMS: lat}, nil
+}
+
+// executeRemote runs a call on an MCP connector's server, bounded by the
+// manifest's timeout.
+func (b *Broker) executeRemote(ctx context.Context, m *tool.Manifest, call tool.Call, start time.Time) (Execution, error) {
+	if b.o.Remote == nil {
+		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s is served by MCP connector %s, and this platform has no MCP host configured; refusing the call", m.Name, m.Connector)})
+		return Execution{Status: trace.StatusError, Output: out}, nil
+	}
+	tctx, cancel := context.WithTimeout(ctx, m.Timeout())
+	defer cancel()
+	res, err := b.o.Remote.Call(tctx, m, call)
+	lat := b.o.Clock().Sub(start).Milliseconds()
+	if ctx.Err() != nil {
+		return Execution{}, ctx.Err()
+	}
+	var refused *Refused
+	switch {
+	case errors.As(err, &refused):
+		ex := b.refused(refused.Control, refused.Reason)
+		ex.LatencyMS = lat
+		return ex, nil
+	case errors.Is(tctx.Err(), context.DeadlineExceeded):
+		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s timed out after %d ms", m.Name, m.TimeoutMS)})
+		return Execution{Status: trace.StatusTimeout, Output: out, LatencyMS: lat}, nil
+	case err != nil:
+		b.o.Logger.Error("MCP tool failed", "tool", m.Name, "connector", m.Connector, "run", call.RunID, "err", b.redactR.With(call.Credential).Error(err))
+		out, _ := json.Marshal(map[string]string{"error": fmt.Sprintf("tool %s failed: connector %s could not be reached or answered badly", m.Name, m.Connector)})
 		return Execution{Status: trace.StatusError, Output: out, LatencyMS: lat}, nil
 	}
 	st := trace.StatusOK
