@@ -891,6 +891,10 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 	for i, g := range d.Tools {
 		switch {
 		case g.Connector != "":
+			if !hasConnector(tools, g.Connector) {
+				fail(i, g, "", "connector %q is unknown or has no reviewed tools: register it and approve its tools (agentplane connectors add, then connectors review) or apply its tool manifests", g.Connector)
+				continue
+			}
 			for _, name := range g.Allow {
 				m, ok := tools.Get(name)
 				switch {
@@ -926,6 +930,15 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 	}
 	sort.Strings(out)
 	return slices.Compact(out), nil
+}
+
+func hasConnector(tools *tool.Set, connector string) bool {
+	for _, m := range tools.Manifests() {
+		if m.Connector == connector {
+			return true
+		}
+	}
+	return false
 }
 
 func describeConnector(c string) string {

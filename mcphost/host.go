@@ -110,9 +110,6 @@ type Host struct {
 	closed   bool
 	stop     chan struct{}
 	done     chan struct{}
-
-	reviewMu sync.Mutex
-	reviewed map[[32]byte]string // manifest hash -> connector, of loaded reviews
 }
 
 type sessionKey struct{ run, connector, snapshot string }
@@ -139,7 +136,7 @@ func New(o Options) (*Host, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	h := &Host{o: o, sessions: map[sessionKey]*session{}, stop: make(chan struct{}), done: make(chan struct{}), reviewed: map[[32]byte]string{}}
+	h := &Host{o: o, sessions: map[sessionKey]*session{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go h.reap()
 	return h, nil
 }

@@ -140,14 +140,6 @@ func (h *Host) connect(ctx context.Context, tenant, runID string, spec *Spec, cr
 	return s, nil
 }
 
-// ProtocolVersion is the revision the session agreed on.
-func (s *session) protocolVersion() string {
-	if r := s.cs.InitializeResult(); r != nil {
-		return r.ProtocolVersion
-	}
-	return ""
-}
-
 func listTools(ctx context.Context, cs *mcp.ClientSession) (*Snapshot, error) {
 	var defs []ToolDef
 	for t, err := range cs.Tools(ctx, nil) {

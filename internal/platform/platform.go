@@ -24,6 +24,7 @@ import (
 	"github.com/agentplane/agentplane/catalog"
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/loop"
+	"github.com/agentplane/agentplane/mcphost"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/scripted"
 	"github.com/agentplane/agentplane/secrets"
@@ -71,6 +72,8 @@ type Options struct {
 	Secrets secrets.Store
 	// Sandbox turns on tiers 2 and 3.
 	Sandbox SandboxOptions
+	// MCP configures the MCP host that runs connectors' tools.
+	MCP MCPOptions
 }
 
 // Platform is a running agentplane instance.
@@ -95,7 +98,10 @@ type Platform struct {
 	Principals authz.Directory
 	// Secrets holds the connector secrets the broker mints credentials from.
 	Secrets secrets.Store
-	log     *slog.Logger
+	// MCP is the MCP host: the connectors' servers, one session per run.
+	MCP        *mcphost.Host
+	connectors *connectorRegistry
+	log        *slog.Logger
 	// manifests parses each stored tool manifest once.
 	manifests tool.ManifestCache
 }
@@ -157,7 +163,10 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return fail(err)
 	}
-	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock, Executors: execs,
+	if err := p.openMCP(o); err != nil {
+		return fail(err)
+	}
+	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock, Executors: execs, Remote: p.MCP,
 		Directory: p.Principals, Policies: pc.get, Credentials: &secrets.Broker{Store: p.Secrets, Clock: o.Clock}})
 	if err != nil {
 		return fail(err)
@@ -258,6 +267,9 @@ func (p *Platform) Close() error {
 	if p.Sandboxes != nil {
 		p.Sandboxes.Stop()
 	}
+	if p.MCP != nil {
+		errs = append(errs, p.MCP.Close())
+	}
 	for _, r := range p.Tools {
 		if c, ok := r.(io.Closer); ok {
 			errs = append(errs, c.Close())
@@ -345,6 +357,7 @@ func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop
 		m, _ := set.Get(n)
 		a.Tools = append(a.Tools, m)
 	}
+	a.Tools = p.offerable(ctx, a.Tools)
 	a.Temperature = d.Model.Temperature
 	if c := d.Context; (c.CompactAtTokens > 0 || c.CompactEverySteps > 0) && d.Model.Small != "" {
 		keep := c.KeepRecentSteps
