@@ -891,13 +891,12 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 	for i, g := range d.Tools {
 		switch {
 		case g.Connector != "":
-			if !hasConnector(tools, g.Connector) {
-				fail(i, g, "", "connector %q is unknown or has no reviewed tools: register it and approve its tools (agentplane connectors add, then connectors review) or apply its tool manifests", g.Connector)
-				continue
-			}
+			known := hasConnector(tools, g.Connector)
 			for _, name := range g.Allow {
 				m, ok := tools.Get(name)
 				switch {
+				case !ok && !known:
+					fail(i, g, name, "tool %q is not registered: connector %q is unknown or has no reviewed tools (register it and approve its tools: agentplane connectors add, then connectors review; or apply its tool manifests)", name, g.Connector)
 				case !ok:
 					fail(i, g, name, "tool %q is not registered", name)
 				case m.Connector != g.Connector:

@@ -37,6 +37,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.agents(rest)
 	case "tools":
 		err = c.tools(rest)
+	case "connectors":
+		err = c.connectors(rest)
 	case "run":
 		err = c.run(rest)
 	case "runs":
@@ -109,6 +111,7 @@ Usage:
   agentplane agents alias NAME ALIAS=VERSION       move an alias (e.g. prod=7)
   agentplane tools apply -f FILE|DIR               load and store tool manifests
   agentplane tools list
+  agentplane connectors add -f FILE --overlays F   register an MCP server; diff NAME, review NAME --as USER, list, show, remove
   agentplane run AGENT --task TEXT [--user U]      run an agent in-process and stream its timeline
   agentplane runs                                  list runs with status, steps, tokens and cost
   agentplane runs RUN|last                         one run: its status, usage and its whole output
@@ -202,6 +205,7 @@ var usageLines = map[string]string{
 	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
+	"connectors":   "agentplane connectors add -f CONNECTOR.yaml --overlays OVERLAYS.yaml | list | show NAME | diff NAME | review NAME --as USER [--hash H] [--overlays F] | remove NAME [--tenant T] [--json]",
 	"trace":        "agentplane trace [verify] RUN|last [--full] [--json] | trace export RUN [RUN...] --otlp URL",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
 	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",
@@ -253,7 +257,7 @@ var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
 	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
-		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}}
+		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions()}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

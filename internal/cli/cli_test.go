@@ -34,10 +34,12 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"apiserve": cmdServe,
-			"http":     cmdHTTP,
-			"waitfile": cmdWaitFile,
-			"waithttp": cmdWaitHTTP,
+			"apiserve":    cmdServe,
+			"http":        cmdHTTP,
+			"waitfile":    cmdWaitFile,
+			"waithttp":    cmdWaitHTTP,
+			"mcpserve":    cmdMCPServe,
+			"mcpdescribe": cmdMCPDescribe,
 		},
 	})
 }
