@@ -94,6 +94,16 @@ func TestTenantIsolation(t *testing.T) {
 		t.Fatalf("A's webhook: %s", r)
 	}
 	bHook, _ := f.p.Store.GetWebhook(ctx, otherTenant)
+	// Tenant B's MCP connector (its server is never reached: the fixture's
+	// address policy refuses loopback, so B's own diff and review get 502).
+	bConnector := map[string]any{"connector": map[string]any{"name": "globex-crm", "transport": "http", "endpoint": "http://127.0.0.1:9/mcp",
+		"allow": []string{"127.0.0.1:9"}}, "overlays": ""}
+	// Connectors are administered with tenant:admin: those cases use admin
+	// keys of each tenant.
+	adminA, adminB := "Bearer "+f.adminKey(bankTenant, meera), "Bearer "+f.adminKey(otherTenant, gus)
+	if r := f.do(gus, "POST", "/v1/connectors", bConnector, "Authorization", adminB); r.status != http.StatusCreated {
+		t.Fatalf("B's connector: %s", r)
+	}
 
 	notFound := func(t *testing.T, r *response) {
 		t.Helper()
@@ -122,6 +132,8 @@ func TestTenantIsolation(t *testing.T) {
 		asA  func(t *testing.T, r *response)
 		// control is what B gets for the same request (default: not 404).
 		control int
+		// admin sends each tenant's tenant:admin key.
+		admin bool
 	}
 	cases := map[string]isoCase{
 		"GET /v1/openapi.json": {path: "/v1/openapi.json", asA: func(t *testing.T, r *response) {
@@ -212,6 +224,16 @@ func TestTenantIsolation(t *testing.T) {
 					t.Fatalf("A's PUT stored settings for B")
 				}
 			}, control: http.StatusForbidden},
+		"GET /v1/connectors":             {path: "/v1/connectors", asA: hides},
+		"GET /v1/connectors/{connector}": {path: "/v1/connectors/globex-crm", asA: notFound},
+		"POST /v1/connectors": {path: "/v1/connectors", body: bConnector, asA: func(t *testing.T, r *response) {
+			if r.status != http.StatusConflict || strings.Contains(string(r.body), "127.0.0.1:9") {
+				t.Fatalf("A registering B's connector name: %s, want 409 naming nothing of B's", r)
+			}
+		}, control: http.StatusCreated, admin: true},
+		"DELETE /v1/connectors/{connector}":      {path: "/v1/connectors/globex-crm", asA: notFound, control: http.StatusNoContent, admin: true},
+		"GET /v1/connectors/{connector}/diff":    {path: "/v1/connectors/globex-crm/diff", asA: notFound, control: http.StatusBadGateway, admin: true},
+		"POST /v1/connectors/{connector}:review": {path: "/v1/connectors/globex-crm:review", body: map[string]any{"expect_hash": "00"}, asA: notFound, control: http.StatusBadGateway, admin: true},
 		"GET /v1/tenant": {path: "/v1/tenant", asA: func(t *testing.T, r *response) {
 			hides(t, r)
 			var tn api.Tenant
@@ -241,17 +263,34 @@ func TestTenantIsolation(t *testing.T) {
 	}
 	for _, m := range run {
 		t.Run(m.rt.Method+" "+m.rt.Pattern, func(t *testing.T) {
-			m.c.asA(t, f.do(meera, m.rt.Method, m.c.path, m.c.body, m.c.hdr...))
+			hdr := m.c.hdr
+			if m.c.admin {
+				hdr = append(hdr[:len(hdr):len(hdr)], "Authorization", adminA)
+			}
+			m.c.asA(t, f.do(meera, m.rt.Method, m.c.path, m.c.body, hdr...))
 		})
 	}
 	// Positive controls, after every negative: the same requests as tenant
 	// B reach B's objects, so the 404s above are not wrong paths. The cancel
 	// goes last: it ends the run the other controls use.
-	sort.SliceStable(run, func(i, j int) bool {
-		return !strings.HasSuffix(run[i].rt.Pattern, ":cancel") && strings.HasSuffix(run[j].rt.Pattern, ":cancel")
-	})
+	// The connector's removal goes last but one: the other connector
+	// controls need it.
+	last := func(rt api.Route) int {
+		switch {
+		case strings.HasSuffix(rt.Pattern, ":cancel"):
+			return 2
+		case rt.Method == "DELETE" && strings.HasPrefix(rt.Pattern, "/v1/connectors/"):
+			return 1
+		}
+		return 0
+	}
+	sort.SliceStable(run, func(i, j int) bool { return last(run[i].rt) < last(run[j].rt) })
 	for _, m := range run {
-		r := f.do(gus, m.rt.Method, m.c.path, m.c.body, m.c.hdr...)
+		hdr := m.c.hdr
+		if m.c.admin {
+			hdr = append(hdr[:len(hdr):len(hdr)], "Authorization", adminB)
+		}
+		r := f.do(gus, m.rt.Method, m.c.path, m.c.body, hdr...)
 		want := m.c.control
 		if (want == 0 && (r.status == http.StatusNotFound || r.status >= 500)) || (want != 0 && r.status != want) {
 			t.Errorf("control: %s %s as tenant B: %s (want %d, or any non-404 below 500)", m.rt.Method, m.c.path, r, want)

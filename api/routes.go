@@ -37,6 +37,13 @@ func Routes() []Route {
 		{Method: "GET", Pattern: "/v1/webhook/deliveries", Operation: "listDeliveries", Scope: ScopeWebhooks, handle: handleListDeliveries},
 		{Method: "GET", Pattern: "/v1/webhook/deliveries/{delivery_id}", Operation: "getDelivery", Scope: ScopeWebhooks, handle: handleGetDelivery},
 
+		{Method: "GET", Pattern: "/v1/connectors", Operation: "listConnectors", Scope: ScopeAgentsRead, handle: handleListConnectors},
+		{Method: "POST", Pattern: "/v1/connectors", Operation: "addConnector", Scope: ScopeAdmin, handle: handleAddConnector},
+		{Method: "GET", Pattern: "/v1/connectors/{connector}", Operation: "getConnector", Scope: ScopeAgentsRead, handle: handleGetConnector},
+		{Method: "DELETE", Pattern: "/v1/connectors/{connector}", Operation: "deleteConnector", Scope: ScopeAdmin, handle: handleDeleteConnector},
+		{Method: "GET", Pattern: "/v1/connectors/{connector}/diff", Operation: "diffConnector", Scope: ScopeAdmin, handle: handleDiffConnector},
+		{Method: "POST", Pattern: "/v1/connectors/{connector}:review", Operation: "reviewConnector", Scope: ScopeAdmin, handle: handleReviewConnector},
+
 		{Method: "GET", Pattern: "/v1/tenant", Operation: "getTenant", Scope: ScopeRunsRead, handle: handleGetTenant},
 		{Method: "PUT", Pattern: "/v1/tenant/settings", Operation: "putTenantSettings", Scope: ScopeAdmin, handle: handlePutTenantSettings},
 	}
