@@ -126,6 +126,11 @@ func (h *Host) connect(ctx context.Context, tenant, runID string, spec *Spec, cr
 	cs, err := client.Connect(ctx, t, &mcp.ClientSessionOptions{ProtocolVersion: h.o.ProtocolVersion})
 	if err != nil {
 		if s.proc != nil {
+			if w, ok := s.proc.(interface{ Why() string }); ok {
+				if why := w.Why(); why != "" {
+					err = fmt.Errorf("%w; %s", err, why)
+				}
+			}
 			_ = s.proc.Stop()
 		}
 		return nil, fmt.Errorf("connector %s: connect: %w", spec.Name, err)

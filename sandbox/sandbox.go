@@ -21,6 +21,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"os"
 	"time"
 )
 
@@ -77,6 +78,9 @@ type Capabilities struct {
 	Unprivileged bool `json:"unprivileged"`
 	Seccomp      bool `json:"seccomp"`
 	Landlock     bool `json:"landlock"`
+	// Mounts: Spec.Mount is bound read-only. Streams: Exec.StdinFile and
+	// StdoutFile are honoured.
+	Mounts, Streams bool
 	// Limits enforced: memory, pids, cpu_time, wall_time, output.
 	Memory   bool `json:"memory"`
 	Pids     bool `json:"pids"`
@@ -97,7 +101,14 @@ type Spec struct {
 	Pids int
 	// WorkspaceMB caps the workspace tmpfs (default 64).
 	WorkspaceMB int
+	// Mount, when set, is a host directory bound read-only at GuestMount
+	// (a program's installed files: an MCP server's npm package folder).
+	// Only executors whose Capabilities declare Mounts accept it.
+	Mount string
 }
+
+// GuestMount is where Spec.Mount appears inside the sandbox.
+const GuestMount = "/opt/agentplane"
 
 // Key is the warm-pool key of a spec: sandboxes with equal keys are
 // interchangeable before first use.
@@ -134,6 +145,12 @@ type Exec struct {
 	// Nothing from the host's environment is added; the sandbox sets only
 	// HOME, PATH, LANG, TMPDIR and, when set, TRACEPARENT.
 	Env []string
+	// StdinFile and StdoutFile, when set, are the program's standard
+	// input and output for its whole life, in place of Stdin and the
+	// stdout tail: a long-running server (an MCP stdio connector) speaks
+	// over them. Only executors whose Capabilities declare Streams accept
+	// them. The caller keeps and closes its ends.
+	StdinFile, StdoutFile *os.File
 	// Stdin is written to the program's standard input.
 	Stdin []byte
 	// Files are written into the workspace before the program starts.

@@ -134,7 +134,7 @@ func (e *Executor) Capabilities() sandbox.Capabilities {
 		Name: "bubblewrap", Tier: 2, Kernel: "host",
 		ReadOnlyRoot: true, OwnRootfs: true,
 		Network: "none", Egress: true,
-		PIDNamespace: true, Unprivileged: true, Seccomp: true, Landlock: e.landlock,
+		PIDNamespace: true, Unprivileged: true, Seccomp: true, Landlock: e.landlock, Mounts: true, Streams: true,
 		Memory: true, Pids: true, CPUTime: true, WallTime: true,
 	}
 }
@@ -254,6 +254,11 @@ func (b *box) args(egress bool) []string {
 		"--bind", b.dir.Workspace(), sandbox.GuestWorkspace,
 		"--ro-bind", b.dir.Run(), sandbox.GuestRunDir,
 		"--ro-bind", b.e.guest, sandbox.GuestBinary,
+	)
+	if b.spec.Mount != "" {
+		a = append(a, "--ro-bind", b.spec.Mount, sandbox.GuestMount)
+	}
+	a = append(a,
 		"--chdir", sandbox.GuestWorkspace,
 		"--seccomp", "3",
 		"--json-status-fd", "4",
@@ -317,6 +322,9 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	stdout, stderr := sandbox.NewTailWriter(x.TailBytes), sandbox.NewTailWriter(x.TailBytes)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Stdin = bytes.NewReader(x.Stdin)
+	if x.StdinFile != nil && x.StdoutFile != nil {
+		cmd.Stdin, cmd.Stdout = x.StdinFile, x.StdoutFile
+	}
 	cmd.ExtraFiles = []*os.File{filterR, statusW, reqR, repW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 2 * time.Second

@@ -369,6 +369,9 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 	if e.err != nil {
 		return nil, e.err
 	}
+	if s.Mount != "" {
+		return nil, errors.New("gvisor: host mounts are not supported; refusing a spec with Mount")
+	}
 	s = s.Normalize()
 	root, ents, err := e.skeleton(ctx, s.Image)
 	if err != nil {
@@ -515,6 +518,9 @@ func (b *box) ReadFile(ctx context.Context, p string, limit int64) ([]byte, erro
 // namespace of the command's own, and then checks from the host (runsc ps)
 // that nothing of it is left.
 func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) {
+	if x.StdinFile != nil || x.StdoutFile != nil {
+		return sandbox.Result{}, errors.New("gvisor: streamed standard input and output are not supported")
+	}
 	b.execMu.Lock()
 	defer b.execMu.Unlock()
 	if b.isDestroyed() {
