@@ -16,8 +16,12 @@ import (
 // address.
 const mcpLoopbackEnv = "AGENTPLANE_MCP_ALLOW_LOOPBACK"
 
+// mcpServersEnv names the host folder of installed stdio MCP servers,
+// mounted read-only into their sandboxes at /opt/agentplane.
+const mcpServersEnv = "AGENTPLANE_MCP_SERVERS"
+
 func mcpOptions() platform.MCPOptions {
-	return platform.MCPOptions{AllowLoopback: os.Getenv(mcpLoopbackEnv) == "1"}
+	return platform.MCPOptions{AllowLoopback: os.Getenv(mcpLoopbackEnv) == "1", Servers: os.Getenv(mcpServersEnv)}
 }
 
 // connectors is `agentplane connectors add|list|show|review|diff|remove`.

@@ -19,15 +19,22 @@ type MCPOptions struct {
 	// AllowLoopback lets http connectors reach this machine's loopback
 	// addresses: tests and single-machine setups only, never a default.
 	AllowLoopback bool
-	// Launcher runs stdio servers in a sandbox (nil: stdio connectors are
-	// refused).
+	// Launcher runs stdio servers in a sandbox (default: a tier-2 sandbox
+	// of the platform's sandbox manager when one is configured; without
+	// either, stdio connectors are refused).
 	Launcher mcphost.Launcher
+	// Servers is the host folder of installed stdio servers (an npm
+	// prefix) mounted read-only into their sandboxes at /opt/agentplane.
+	Servers string
 	// IdleTimeout closes a run's session with a server unused this long.
 	IdleTimeout time.Duration
 }
 
 func (p *Platform) openMCP(o Options) error {
 	p.connectors = &connectorRegistry{st: p.Store}
+	if o.MCP.Launcher == nil && p.Sandboxes != nil {
+		o.MCP.Launcher = &mcphost.SandboxLauncher{Manager: p.Sandboxes.Manager, Folder: o.MCP.Servers}
+	}
 	var err error
 	p.MCP, err = mcphost.New(mcphost.Options{Registry: p.connectors, Policy: &addrpolicy.Policy{Loopback: o.MCP.AllowLoopback},
 		Launcher: o.MCP.Launcher, IdleTimeout: o.MCP.IdleTimeout, Logger: o.Logger, Clock: o.Clock})
