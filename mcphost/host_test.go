@@ -124,7 +124,7 @@ side_effects: external
 rate_limit: 10/minute per run
 `
 
-func loopbackHost(t *testing.T, reg mcphost.Registry, o mcphost.Options) *mcphost.Host {
+func loopbackHost(t testing.TB, reg mcphost.Registry, o mcphost.Options) *mcphost.Host {
 	t.Helper()
 	o.Registry = reg
 	if o.Policy == nil {
@@ -138,7 +138,7 @@ func loopbackHost(t *testing.T, reg mcphost.Registry, o mcphost.Options) *mcphos
 	return h
 }
 
-func specFor(t *testing.T, name, url string) *mcphost.Spec {
+func specFor(t testing.TB, name, url string) *mcphost.Spec {
 	t.Helper()
 	hp := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/mcp")
 	s, err := mcphost.ParseSpec([]byte(fmt.Sprintf("name: %s\ntransport: http\nendpoint: %s\nallow: [%q]\n", name, url, hp)))

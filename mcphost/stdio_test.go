@@ -19,7 +19,7 @@ import (
 
 // need skips, or under AGENTPLANE_TEST_STRICT=1 fails, naming what is
 // missing and how to get it.
-func need(t *testing.T, why string) {
+func need(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("AGENTPLANE_TEST_STRICT") == "1" {
 		t.Fatal(why)
@@ -29,7 +29,7 @@ func need(t *testing.T, why string) {
 
 // sandboxLauncher returns a launcher over a bubblewrap manager whose
 // mounted folder holds the test's stdio server, built static.
-func sandboxLauncher(t *testing.T) *mcphost.SandboxLauncher {
+func sandboxLauncher(t testing.TB) *mcphost.SandboxLauncher {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		need(t, "the tier-2 sandbox needs root (cgroups, uids); run scripts/test.sh as root")
