@@ -2,8 +2,6 @@ package mcphost
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/internal/addrpolicy"
+	"github.com/agentplane/agentplane/sandbox/toolrun"
 	"github.com/agentplane/agentplane/tool"
 )
 
@@ -300,20 +299,12 @@ func (h *Host) Call(ctx context.Context, m *tool.Manifest, call tool.Call) (tool
 	if err := json.Unmarshal(call.Args, &args); err != nil {
 		return tool.Result{}, fmt.Errorf("mcphost: arguments of %s: %w", m.Name, err)
 	}
-	meta := mcp.Meta{MetaIdempotencyKey: call.IdempotencyKey, MetaTraceparent: Traceparent(call.RunID, call.IdempotencyKey)}
+	meta := mcp.Meta{MetaIdempotencyKey: call.IdempotencyKey, MetaTraceparent: toolrun.Traceparent(call.RunID, call.IdempotencyKey)}
 	res, err := s.call(ctx, &mcp.CallToolParams{Meta: meta, Name: m.MCP.Tool, Arguments: args}, call.Credential)
 	if err != nil {
 		return tool.Result{}, err
 	}
 	return result(m, res)
-}
-
-// Traceparent derives a call's W3C traceparent from its run (trace id)
-// and idempotency key (span id), as sandboxed tools get theirs.
-func Traceparent(runID, key string) string {
-	t := sha256.Sum256([]byte("trace:" + runID))
-	s := sha256.Sum256([]byte("span:" + key))
-	return "00-" + hex.EncodeToString(t[:16]) + "-" + hex.EncodeToString(s[:8]) + "-01"
 }
 
 // session returns the run's session with the connector, opening it (and

@@ -15,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/internal/addrpolicy"
 	"github.com/agentplane/agentplane/mcphost"
+	"github.com/agentplane/agentplane/sandbox/toolrun"
 	"github.com/agentplane/agentplane/tool"
 )
 
@@ -230,7 +231,7 @@ func TestCallOverStreamableHTTP(t *testing.T) {
 			if len(metas) != 2 || metas[0][mcphost.MetaIdempotencyKey] != "run_1:1:0" || metas[1][mcphost.MetaIdempotencyKey] != "run_1:2:0" {
 				t.Fatalf("server saw _meta %v", metas)
 			}
-			if tp, _ := metas[0][mcphost.MetaTraceparent].(string); tp != mcphost.Traceparent("run_1", "run_1:1:0") {
+			if tp, _ := metas[0][mcphost.MetaTraceparent].(string); tp != toolrun.Traceparent("run_1", "run_1:1:0") {
 				t.Fatalf("traceparent = %q", tp)
 			}
 			h.EndRun("run_1")
