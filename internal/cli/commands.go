@@ -289,7 +289,7 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after
 			if !asJSON {
 				writeFlags(c.out, platform.OutputFlags(tl.pol, seen))
 			}
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err != nil && !errors.Is(err, engine.ErrNotRunnable) {
 				return nil, err
 			}
 			return p.Store.GetRun(context.WithoutCancel(ctx), runID)

@@ -1,7 +1,9 @@
 // Package platform wires agentplane's parts together on the embedded default
 // (SQLite and a blob folder in one data directory): store, tool catalog,
-// model gateway, agent registry, broker, loop and engine. The CLI and the
-// server both start from here.
+// model gateway, agent registry, broker, loop, the engine (engine.Engine,
+// the embedded one) and the use cases over it (runs.Service). The CLI and
+// the server both start from here; what they do to runs they do through
+// Platform.Runs and Platform.Engine.
 package platform
 
 import (
