@@ -96,8 +96,31 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 		s.fail(w, r, err)
 		return
 	}
+	decidable := false
+	switch r.URL.Query().Get("decidable") {
+	case "", "false":
+	case "true":
+		decidable = true
+	default:
+		s.fail(w, r, badRequest("decidable must be true or false"))
+		return
+	}
 	out := ApprovalList{Approvals: []Approval{}}
 	for i := range pend {
+		if decidable {
+			// The inbox: only requests of a group the caller belongs to.
+			if s.p.Directory == nil {
+				break
+			}
+			in, err := s.p.Directory.InGroup(r.Context(), p.Tenant, p.User, pend[i].Request.Group)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			if !in {
+				continue
+			}
+		}
 		// The request event's time is not in PendingApproval; the expiry
 		// and the request itself are what a decider needs.
 		out.Approvals = append(out.Approvals, toApproval(pend[i].Run, pend[i].RequestedAt, &pend[i].Request))
