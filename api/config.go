@@ -157,6 +157,9 @@ func (c *Config) validate() error {
 			}
 		}
 	}
+	if err := validateOrigins(c.CORSOrigins); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
