@@ -150,10 +150,25 @@ async function viewRuns(v, q) {
   for (const [n] of FILTERS) if (q.get(n)) params.set(n, q.get(n));
   const runs = [], byID = new Map();
   let sel = 0;
-  const draw = () => {
-    spacer.style.height = (runs.length * ROW) + "px";
+  // Only the visible window (plus a margin) is in the DOM; moving the
+  // selection inside it changes two classes, and a new window is built
+  // once per animation frame.
+  const rowEls = new Map();
+  let win = { first: -1, last: -1, len: -1 }, shown = -1, queued = false;
+  const mark = () => {
+    if (shown !== sel) {
+      const a = rowEls.get(shown), b = rowEls.get(sel);
+      if (a) a.classList.remove("sel");
+      if (b) b.classList.add("sel");
+      shown = sel;
+    }
+  };
+  const draw = (force) => {
     const first = Math.max(0, Math.floor(scroll.scrollTop / ROW) - 10);
     const last = Math.min(runs.length, first + Math.ceil(scroll.clientHeight / ROW) + 20);
+    if (!force && first === win.first && last === win.last && runs.length === win.len) { mark(); return; }
+    spacer.style.height = (runs.length * ROW) + "px";
+    rowEls.clear();
     const rows = [];
     for (let i = first; i < last; i++) {
       const r = runs[i];
@@ -163,19 +178,26 @@ async function viewRuns(v, q) {
         el("span", { text: r.usage.steps }), el("span", { text: r.usage.cost_known ? money(r.usage.cost_micros, r.usage.currency) : "?" }),
         el("span", { text: r.user }));
       row.style.top = (ROW + i * ROW) + "px";
+      rowEls.set(i, row);
       rows.push(row);
     }
     spacer.replaceChildren(...rows);
+    win = { first, last, len: runs.length };
+    shown = sel;
     count.textContent = runs.length + " runs";
   };
-  scroll.addEventListener("scroll", () => requestAnimationFrame(draw));
+  scroll.addEventListener("scroll", () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => { queued = false; draw(false); });
+  });
   const move = (d) => {
     if (!runs.length) return;
     sel = Math.max(0, Math.min(runs.length - 1, sel + d));
     const top = sel * ROW;
     if (top < scroll.scrollTop) scroll.scrollTop = top;
     else if (top + 2 * ROW > scroll.scrollTop + scroll.clientHeight) scroll.scrollTop = top + 2 * ROW - scroll.clientHeight;
-    draw();
+    mark();
   };
   S.keys = { j: () => move(1), k: () => move(-1), Enter: () => runs[sel] && (location.hash = "#/run/" + runs[sel].id) };
   const gen = S.timers; // this view's generation
@@ -184,7 +206,7 @@ async function viewRuns(v, q) {
     const page = await api("GET", "/v1/runs?" + params + "&render=safe");
     if (gen !== S.timers) return; // the view changed
     for (const r of page.runs) { byID.set(r.id, r); runs.push(r); }
-    draw();
+    draw(true);
     if (page.runs.length < PAGE) break;
   }
   status(runs.length + " runs loaded");
@@ -199,7 +221,7 @@ async function viewRuns(v, q) {
       if (old) Object.assign(old, r); else { byID.set(r.id, r); fresh.push(r); }
     }
     if (fresh.length) { runs.unshift(...fresh); sel += fresh.length; }
-    draw();
+    draw(true);
     status("live · " + new Date().toLocaleTimeString());
   }, 3000));
 }
