@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -105,6 +106,18 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 		s.fail(w, r, badRequest("decidable must be true or false"))
 		return
 	}
+	safe, err := renderSafe(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var pol *render.Policy
+	if safe {
+		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	out := ApprovalList{Approvals: []Approval{}}
 	for i := range pend {
 		if decidable {
@@ -123,7 +136,17 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 		}
 		// The request event's time is not in PendingApproval; the expiry
 		// and the request itself are what a decider needs.
-		out.Approvals = append(out.Approvals, toApproval(pend[i].Run, pend[i].RequestedAt, &pend[i].Request))
+		a := toApproval(pend[i].Run, pend[i].RequestedAt, &pend[i].Request)
+		if safe {
+			// For display: the description and arguments hold model text.
+			a.Description, _ = pol.Text(a.Description)
+			a.ArgsPreview, _ = pol.Text(a.ArgsPreview)
+			if len(a.Args) > 0 {
+				b, _ := pol.JSON(a.Args)
+				a.Args = json.RawMessage(b)
+			}
+		}
+		out.Approvals = append(out.Approvals, a)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -55,6 +55,10 @@ func TestViewerReadRoutes(t *testing.T) {
 	if len(inbox.Approvals) != 1 || inbox.Approvals[0].ID != ap.ID {
 		t.Fatalf("meera's inbox = %+v", inbox.Approvals)
 	}
+	f.do(meera, "GET", "/v1/approvals?decidable=true&render=safe", nil).decode(t, &inbox)
+	if len(inbox.Approvals) != 1 || inbox.Approvals[0].Description != ap.Description || len(inbox.Approvals[0].Args) == 0 {
+		t.Fatalf("meera's safe inbox = %+v, want the refund as it reads (nothing to neutralise)", inbox.Approvals)
+	}
 	f.do(priya, "GET", "/v1/approvals?decidable=true", nil).decode(t, &inbox)
 	if len(inbox.Approvals) != 0 {
 		t.Fatalf("priya's inbox = %+v, want none (not a supervisor)", inbox.Approvals)

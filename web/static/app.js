@@ -445,7 +445,7 @@ async function viewDiff(v, replayID) {
 
 // ---------- approvals inbox ----------
 async function refreshInboxCount() {
-  try { const l = await api("GET", "/v1/approvals?decidable=true"); $("inbox-count").textContent = l.approvals.length ? "(" + l.approvals.length + ")" : ""; } catch (e) { /* shown elsewhere */ }
+  try { const l = await api("GET", "/v1/approvals?decidable=true&render=safe"); $("inbox-count").textContent = l.approvals.length ? "(" + l.approvals.length + ")" : ""; } catch (e) { /* shown elsewhere */ }
 }
 async function viewApprovals(v) {
   v.append(el("h1", { text: "Approvals for your groups" }));
@@ -453,7 +453,7 @@ async function viewApprovals(v) {
   v.append(list);
   let cards = [], sel = 0;
   const load = async () => {
-    const l = await api("GET", "/v1/approvals?decidable=true");
+    const l = await api("GET", "/v1/approvals?decidable=true&render=safe");
     $("inbox-count").textContent = l.approvals.length ? "(" + l.approvals.length + ")" : "";
     cards = l.approvals.map(card);
     list.replaceChildren(...(cards.length ? cards : [el("p", { class: "muted", id: "inbox-empty", text: "Nothing waits for you." })]));
