@@ -10,4 +10,8 @@ CREATE TABLE IF NOT EXISTS sessions (
   created_at INTEGER NOT NULL,
   expires_at INTEGER NOT NULL
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions(expires_at)
+CREATE INDEX IF NOT EXISTS sessions_expiry ON sessions(expires_at);
+
+-- The run viewer pages a tenant's runs newest or oldest first: with the
+-- id as the tie-break in the index, that order needs no sort.
+CREATE INDEX IF NOT EXISTS runs_by_tenant_created ON runs(tenant, created_at, id)
