@@ -133,6 +133,9 @@ func (p *page) shot(name string) {
 	p.t.Helper()
 	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer cancel()
+	// Timeline rows off screen are not painted (content-visibility: auto);
+	// a full-page picture wants them all.
+	_, _ = chromedp.Run(ctx, chromedp.Evaluate[int](`[...document.querySelectorAll(".tl")].map((e) => e.style.contentVisibility = "visible").length`))
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG (lower is JPEG)
 	if err != nil {
 		p.t.Logf("screenshot %s: %v", name, err)

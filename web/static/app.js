@@ -177,7 +177,7 @@ async function viewRuns(v, q) {
         el("span", { class: "st-" + r.status, text: r.status }), el("span", { class: "mono", text: time(r.created_at) }),
         el("span", { text: r.usage.steps }), el("span", { text: r.usage.cost_known ? money(r.usage.cost_micros, r.usage.currency) : "?" }),
         el("span", { text: r.user }));
-      row.style.top = (ROW + i * ROW) + "px";
+      row.style.top = (i * ROW) + "px"; // within the spacer, which starts below the header
       rowEls.set(i, row);
       rows.push(row);
     }
