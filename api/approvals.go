@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/runs"
+	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -96,11 +97,56 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 		s.fail(w, r, err)
 		return
 	}
+	decidable := false
+	switch r.URL.Query().Get("decidable") {
+	case "", "false":
+	case "true":
+		decidable = true
+	default:
+		s.fail(w, r, badRequest("decidable must be true or false"))
+		return
+	}
+	safe, err := renderSafe(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var pol *render.Policy
+	if safe {
+		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	out := ApprovalList{Approvals: []Approval{}}
 	for i := range pend {
+		if decidable {
+			// The inbox: only requests of a group the caller belongs to.
+			if s.p.Directory == nil {
+				break
+			}
+			in, err := s.p.Directory.InGroup(r.Context(), p.Tenant, p.User, pend[i].Request.Group)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			if !in {
+				continue
+			}
+		}
 		// The request event's time is not in PendingApproval; the expiry
 		// and the request itself are what a decider needs.
-		out.Approvals = append(out.Approvals, toApproval(pend[i].Run, pend[i].RequestedAt, &pend[i].Request))
+		a := toApproval(pend[i].Run, pend[i].RequestedAt, &pend[i].Request)
+		if safe {
+			// For display: the description and arguments hold model text.
+			a.Description, _ = pol.Text(a.Description)
+			a.ArgsPreview, _ = pol.Text(a.ArgsPreview)
+			if len(a.Args) > 0 {
+				b, _ := pol.JSON(a.Args)
+				a.Args = json.RawMessage(b)
+			}
+		}
+		out.Approvals = append(out.Approvals, a)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

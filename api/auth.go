@@ -52,8 +52,15 @@ type Principal struct {
 	Tenant string
 	User   string
 	Scopes []string
-	// Via names the credential: "api_key:ID" or "jwt:ISSUER".
+	// Via names the credential: "api_key:ID" or "jwt:ISSUER", and
+	// "session:" before either for a browser session opened with it.
 	Via string
+
+	// session is set when the session cookie authenticated the request
+	// (CSRF applies); expires is a JWT's expiry (a session opened with it
+	// ends by then).
+	session *session
+	expires *time.Time
 }
 
 // Has reports whether the principal holds scope.
@@ -205,6 +212,8 @@ func (a *authenticator) jwt(ctx context.Context, raw string) (*Principal, error)
 	if p.Tenant == "" || p.User == "" {
 		return nil, errUnauthenticated
 	}
+	expiry := std.Expiry.Time()
+	p.expires = &expiry
 	if s, ok := extra["scope"].(string); ok {
 		for _, f := range strings.Fields(s) {
 			if knownScope(f) {

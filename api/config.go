@@ -33,6 +33,9 @@ import (
 type Config struct {
 	Tenants map[string]TenantConfig `yaml:"tenants" json:"tenants"`
 	Issuers []IssuerConfig          `yaml:"issuers" json:"issuers"`
+	// CORSOrigins are other origins (scheme://host[:port]) whose pages may
+	// call the API with credentials; none, the default, turns CORS off.
+	CORSOrigins []string `yaml:"cors_origins" json:"cors_origins"`
 }
 
 // TenantConfig holds one tenant's limits.
@@ -153,6 +156,9 @@ func (c *Config) validate() error {
 				errs = append(errs, fmt.Errorf("%s: unknown scope %q", where, s))
 			}
 		}
+	}
+	if err := validateOrigins(c.CORSOrigins); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

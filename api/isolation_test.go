@@ -89,6 +89,16 @@ func TestTenantIsolation(t *testing.T) {
 	if blob == "" {
 		t.Fatal("B's run refers to no blob; the blob route needs one")
 	}
+	modelCall := int64(0)
+	for _, ev := range evs {
+		if ev.Type == "model_call" {
+			modelCall = ev.Seq
+			break
+		}
+	}
+	if modelCall == 0 {
+		t.Fatal("B's run has no model call; the prompt route needs one")
+	}
 	// Tenant A has its own webhook.
 	if r := f.do(priya, "PUT", "/v1/webhook", map[string]any{"url": hook.URL + "/a"}); r.status != 200 {
 		t.Fatalf("A's webhook: %s", r)
@@ -150,6 +160,22 @@ func TestTenantIsolation(t *testing.T) {
 			notFound(t, sse)
 		}},
 		"GET /v1/runs/{run_id}/blobs/{sha256}": {path: "/v1/runs/" + waitingRun + "/blobs/" + blob, asA: notFound},
+		"GET /v1/runs/{run_id}/prompt":         {path: "/v1/runs/" + waitingRun + "/prompt?seq=" + strconv.FormatInt(modelCall, 10), asA: notFound},
+		"GET /v1/agents/{agent}/metrics":       {path: "/v1/agents/globex-bot/metrics", asA: notFound},
+		// A session is always the credential's own; with a header
+		// credential there is no session to read or end (404 for both).
+		"POST /v1/session": {path: "/v1/session", asA: func(t *testing.T, r *response) {
+			var sn api.Session
+			if r.status != http.StatusCreated {
+				t.Fatalf("sign in as A: %s", r)
+			}
+			r.decode(t, &sn)
+			if sn.Tenant != bankTenant || sn.User != meera {
+				t.Fatalf("A's session = %+v", sn)
+			}
+		}},
+		"GET /v1/session":    {path: "/v1/session", asA: notFound, control: http.StatusNotFound},
+		"DELETE /v1/session": {path: "/v1/session", asA: notFound, control: http.StatusNotFound},
 		"POST /v1/runs/{run_id}/messages": {path: "/v1/runs/" + waitingRun + "/messages", body: map[string]any{"text": "hi"}, asA: func(t *testing.T, r *response) {
 			notFound(t, r)
 			if sigs, _ := f.p.Store.PendingSignals(ctx, waitingRun); len(sigs) != 0 {

@@ -11,11 +11,16 @@ func Routes() []Route {
 	return []Route{
 		{Method: "GET", Pattern: "/v1/openapi.json", Operation: "getOpenAPI", handle: handleOpenAPI},
 
+		{Method: "POST", Pattern: "/v1/session", Operation: "createSession", Scope: ScopeRunsRead, handle: handleCreateSession},
+		{Method: "GET", Pattern: "/v1/session", Operation: "getSession", Scope: ScopeRunsRead, handle: handleGetSession},
+		{Method: "DELETE", Pattern: "/v1/session", Operation: "deleteSession", Scope: ScopeRunsRead, handle: handleDeleteSession},
+
 		{Method: "POST", Pattern: "/v1/runs", Operation: "createRun", Scope: ScopeRunsWrite, handle: handleCreateRun},
 		{Method: "GET", Pattern: "/v1/runs", Operation: "listRuns", Scope: ScopeRunsRead, handle: handleListRuns},
 		{Method: "GET", Pattern: "/v1/runs/{run_id}", Operation: "getRun", Scope: ScopeRunsRead, handle: handleGetRun},
 		{Method: "GET", Pattern: "/v1/runs/{run_id}/events", Operation: "listRunEvents", Scope: ScopeRunsRead, handle: handleEvents},
 		{Method: "GET", Pattern: "/v1/runs/{run_id}/blobs/{sha256}", Operation: "getRunBlob", Scope: ScopeRunsRead, handle: handleBlob},
+		{Method: "GET", Pattern: "/v1/runs/{run_id}/prompt", Operation: "getRunPrompt", Scope: ScopeRunsRead, handle: handlePrompt},
 		{Method: "POST", Pattern: "/v1/runs/{run_id}/messages", Operation: "sendMessage", Scope: ScopeRunsWrite, handle: handleMessage},
 		{Method: "POST", Pattern: "/v1/runs/{run_id}:cancel", Operation: "cancelRun", Scope: ScopeRunsWrite, handle: handleCancel},
 		{Method: "POST", Pattern: "/v1/runs/{run_id}:replay", Operation: "replayRun", Scope: ScopeRunsWrite, handle: handleReplay},
@@ -26,6 +31,7 @@ func Routes() []Route {
 
 		{Method: "GET", Pattern: "/v1/agents", Operation: "listAgents", Scope: ScopeAgentsRead, handle: handleListAgents},
 		{Method: "GET", Pattern: "/v1/agents/{agent}", Operation: "getAgent", Scope: ScopeAgentsRead, handle: handleGetAgent},
+		{Method: "GET", Pattern: "/v1/agents/{agent}/metrics", Operation: "getAgentMetrics", Scope: ScopeRunsRead, handle: handleAgentMetrics},
 		{Method: "POST", Pattern: "/v1/agents/{agent}/versions", Operation: "createAgentVersion", Scope: ScopeAgentsWrite, handle: handleCreateAgentVersion},
 		{Method: "GET", Pattern: "/v1/agents/{agent}/versions/{version}", Operation: "getAgentVersion", Scope: ScopeAgentsRead, handle: handleGetAgentVersion},
 		{Method: "POST", Pattern: "/v1/agents/{agent}/versions/{version}:retire", Operation: "retireAgentVersion", Scope: ScopeAgentsWrite, handle: handleRetireAgentVersion},

@@ -275,7 +275,28 @@ func handleListRuns(s *Server, w http.ResponseWriter, r *http.Request, p *Princi
 		s.fail(w, r, err)
 		return
 	}
-	rs, err := s.st.ListRuns(r.Context(), store.RunFilter{Tenant: p.Tenant, Agent: q.Get("agent"), Status: q.Get("status"), Limit: limit})
+	f := store.RunFilter{Tenant: p.Tenant, Agent: q.Get("agent"), Status: q.Get("status"), User: q.Get("user"), Limit: limit}
+	if v := q.Get("version"); v != "" {
+		if f.AgentVersion, err = strconv.Atoi(v); err != nil || f.AgentVersion < 1 {
+			s.fail(w, r, badRequest("version must be a version number"))
+			return
+		}
+	}
+	if v := q.Get("offset"); v != "" {
+		if f.Offset, err = strconv.Atoi(v); err != nil || f.Offset < 0 || f.Offset > 10_000_000 {
+			s.fail(w, r, badRequest("offset must be a number of runs to skip"))
+			return
+		}
+	}
+	switch q.Get("order") {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		s.fail(w, r, badRequest("order must be oldest or newest"))
+		return
+	}
+	rs, err := s.st.ListRuns(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -423,12 +444,37 @@ func handleBlob(s *Server, w http.ResponseWriter, r *http.Request, p *Principal,
 		s.fail(w, r, notFound("blob"))
 		return
 	}
+	safe, err := renderSafe(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	data, err := s.st.GetBlob(r.Context(), sum)
 	if errors.Is(err, store.ErrNotFound) {
 		err = notFound("blob") // the run's own blob, lost: the same answer
 	}
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	if safe {
+		// For display (the run viewer): the text neutralised under the
+		// tenant's link domains, every string of it when it is JSON.
+		pol, err := s.renderPolicy(r.Context(), p)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if json.Valid(data) {
+			data, _ = pol.JSON(data)
+		} else {
+			var t string
+			t, _ = pol.Text(strings.ToValidUTF8(string(data), "\uFFFD"))
+			data = []byte(t)
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(data)
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")

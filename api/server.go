@@ -44,6 +44,7 @@ import (
 type Backend interface {
 	store.Store
 	store.APIStore
+	store.SessionStore
 }
 
 // Options configure a Server.
@@ -114,6 +115,21 @@ type Options struct {
 	AllowPrivateWebhooks bool
 	// HTTPClient fetches issuers' JWKS (default: a client with a timeout).
 	HTTPClient *http.Client
+
+	// Browser access (session.go, docs/design/viewer.md).
+	//
+	// UI, when set, is served at /ui/ (the run viewer, package web) and /
+	// redirects to it.
+	UI http.Handler
+	// SessionTTL bounds a browser session from sign-in (default 12h).
+	SessionTTL time.Duration
+	// SecureCookies marks session cookies Secure even on plain HTTP: set
+	// it behind a proxy that terminates TLS (requests that arrive over TLS
+	// get Secure cookies anyway).
+	SecureCookies bool
+	// CORSOrigins are other origins whose pages may call the API with
+	// credentials (added to the config's cors_origins). None: CORS is off.
+	CORSOrigins []string
 }
 
 // Server serves the API and runs the workers.
@@ -128,6 +144,8 @@ type Server struct {
 	router *router
 	hub    *hub
 	hooks  *dispatcher
+	// corsOrigins are the origins CORS answers (Options and config).
+	corsOrigins []string
 
 	// admits serialises admission per tenant (check quotas, then create);
 	// decides serialises approval decisions per run.
@@ -206,7 +224,14 @@ func New(o Options) (*Server, error) {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	s := &Server{o: o, p: o.Platform, st: st, cfg: o.Config, log: o.Logger, clock: o.Clock}
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = defaultSessionTTL
+	}
+	origins := append(slices.Clone(o.Config.CORSOrigins), o.CORSOrigins...)
+	if err := validateOrigins(origins); err != nil {
+		return nil, err
+	}
+	s := &Server{o: o, p: o.Platform, st: st, cfg: o.Config, log: o.Logger, clock: o.Clock, corsOrigins: origins}
 	s.auth = newAuthenticator(st, o.Config.Issuers, o.HTTPClient, o.Clock)
 	s.router = newRouter(Routes())
 	s.hub = newHub(st, o.Logger)
@@ -326,6 +351,17 @@ func (i *interactiveStore) ClaimRun(ctx context.Context, owner string, ttl time.
 // arrive within BodyTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w = &writeDeadline{ResponseWriter: w, rc: http.NewResponseController(w), d: s.o.WriteTimeout}
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	if s.cors(w, r) {
+		return
+	}
+	if s.o.UI != nil && (r.URL.Path == "/" || r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")) {
+		s.serveUI(w, r)
+		return
+	}
+	// API answers are data, never a page: nothing in them may load or run.
+	h.Set("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
 	rt, params, allow := s.router.lookup(r.Method, r.URL.EscapedPath())
 	if rt == nil {
 		if len(allow) > 0 {
@@ -339,7 +375,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var p *Principal
 	if rt.Scope != "" {
 		var err error
-		p, err = s.auth.authenticate(r)
+		p, err = s.authenticate(r)
 		if err != nil {
 			if !errors.Is(err, errUnauthenticated) {
 				s.log.Warn("authenticate", "err", err)
@@ -352,6 +388,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		markAuthenticated(r)
 		if !p.Has(rt.Scope) {
 			refuse(w, r, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
+			return
+		}
+		if err := s.checkCSRF(r, p); err != nil {
+			var he *httpError
+			errors.As(err, &he)
+			refuse(w, r, he.status, he.code, he.msg)
 			return
 		}
 	}

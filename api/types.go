@@ -39,3 +39,13 @@ type (
 	DeliveryAttempt   = apiclient.DeliveryAttempt
 	DeliveryList      = apiclient.DeliveryList
 )
+
+// The run viewer's wire types (apiclient/viewer.go).
+type (
+	Session        = apiclient.Session
+	Prompt         = apiclient.Prompt
+	PromptMessage  = apiclient.PromptMessage
+	PromptPart     = apiclient.PromptPart
+	AgentMetrics   = apiclient.AgentMetrics
+	VersionMetrics = apiclient.VersionMetrics
+)

@@ -38,7 +38,8 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
 . scripts/setup-mcp.sh
-export AGENTPLANE_TEST_STRICT=1
+. scripts/setup-chromium.sh # the run viewer's browser tests (web/); exports AGENTPLANE_CHROMIUM
+export AGENTPLANE_TEST_STRICT=1 # a test whose dependency is missing fails instead of skipping
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

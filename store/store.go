@@ -89,6 +89,13 @@ type RunFilter struct {
 	Agent  string
 	Status string
 	Limit  int
+	// User and AgentVersion (0: any) narrow the list further; Offset skips
+	// that many matching runs (pages of the run viewer); Newest lists the
+	// newest first instead of the oldest.
+	User         string
+	AgentVersion int
+	Offset       int
+	Newest       bool
 }
 
 // RunUpdate changes a run's mutable fields together with an append. Nil

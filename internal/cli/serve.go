@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/web"
 )
 
 // serve runs the HTTP API and the workers in one process.
@@ -36,6 +37,9 @@ func (c *command) serve(args []string) error {
 	maxHeader := fs.Int("max-header-bytes", 64<<10, "cap on a request's header block")
 	maxConns := fs.Int("max-conns-per-client", 128, "connections one client address may hold (negative: no cap; behind a proxy, cap there)")
 	maxUnauth := fs.Int("max-unauthenticated-conns-per-client", 16, "of those, connections no request has authenticated on yet (negative: no cap)")
+	corsOrigins := fs.String("cors-origins", "", "comma-separated origins (https://host[:port]) whose pages may call the API with credentials (default none: CORS off; also cors_origins in the config)")
+	secureCookies := fs.Bool("secure-cookies", false, "mark the viewer's session cookies Secure on plain HTTP too (behind a proxy that terminates TLS)")
+	sessionTTL := fs.Duration("session-ttl", 12*time.Hour, "how long a browser session lasts from sign-in")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -61,7 +65,8 @@ func (c *command) serve(args []string) error {
 	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
 		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate,
 		ReadHeaderTimeout: *headerTimeout, BodyTimeout: *bodyTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout,
-		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth})
+		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth,
+		UI: web.Handler(), SessionTTL: *sessionTTL, SecureCookies: *secureCookies, CORSOrigins: splitList(*corsOrigins)})
 	if err != nil {
 		return err
 	}
@@ -78,7 +83,7 @@ func (c *command) serve(args []string) error {
 	hs := srv.HTTPServer(slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(srv.Listener(ln)) }()
-	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s)\n", ln.Addr(), cm.data)
+	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s); run viewer at http://%s/ui/\n", ln.Addr(), cm.data, ln.Addr())
 	select {
 	case <-ctx.Done():
 	case err = <-served:

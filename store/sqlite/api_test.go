@@ -9,3 +9,7 @@ import (
 func TestAPIConformance(t *testing.T) {
 	storetest.ExerciseAPI(t, func(t *testing.T) storetest.APIStore { return openTemp(t) })
 }
+
+func TestSessionConformance(t *testing.T) {
+	storetest.ExerciseSessions(t, openTemp(t))
+}

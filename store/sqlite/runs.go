@@ -96,10 +96,26 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]*store.Run, 
 		q += " AND status = ?"
 		args = append(args, f.Status)
 	}
-	q += " ORDER BY created_at, id"
-	if f.Limit > 0 {
-		q += " LIMIT ?"
-		args = append(args, f.Limit)
+	if f.User != "" {
+		q += " AND user_id = ?"
+		args = append(args, f.User)
+	}
+	if f.AgentVersion > 0 {
+		q += " AND agent_version = ?"
+		args = append(args, f.AgentVersion)
+	}
+	if f.Newest {
+		q += " ORDER BY created_at DESC, id DESC"
+	} else {
+		q += " ORDER BY created_at, id"
+	}
+	if f.Limit > 0 || f.Offset > 0 {
+		limit := f.Limit
+		if limit <= 0 {
+			limit = -1 // SQLite: no limit
+		}
+		q += " LIMIT ? OFFSET ?"
+		args = append(args, limit, f.Offset)
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -47,11 +47,14 @@ func testRuns(t *testing.T, newStore func(*testing.T) store.Store) {
 
 	t.Run("List", func(t *testing.T) {
 		s := newStore(t)
-		for i, r := range []struct{ id, tenant, agent string }{
-			{"r1", "t1", "a"}, {"r2", "t1", "b"}, {"r3", "t2", "a"}, {"r4", "t2", "b"}, {"r5", "t1", "a"},
+		for i, r := range []struct {
+			id, tenant, agent, user string
+			version                 int
+		}{
+			{"r1", "t1", "a", "u", 1}, {"r2", "t1", "b", "u", 1}, {"r3", "t2", "a", "u", 1}, {"r4", "t2", "b", "u", 1}, {"r5", "t1", "a", "v", 2},
 		} {
 			ok(t, "CreateRun", s.CreateRun(t.Context(), &store.Run{
-				ID: r.id, Tenant: r.tenant, User: "u", Agent: r.agent, AgentVersion: 1, Task: "x",
+				ID: r.id, Tenant: r.tenant, User: r.user, Agent: r.agent, AgentVersion: r.version, Task: "x",
 				Mode: modeAsync, Status: store.StatusQueued, CreatedAt: Base.Add(time.Duration(i) * time.Minute),
 			}))
 		}
@@ -72,6 +75,11 @@ func testRuns(t *testing.T, newStore func(*testing.T) store.Store) {
 			{"status queued", store.RunFilter{Status: store.StatusQueued}, []string{"r1", "r3", "r4", "r5"}},
 			{"tenant+status", store.RunFilter{Tenant: "t1", Status: store.StatusQueued}, []string{"r1", "r5"}},
 			{"no match", store.RunFilter{Tenant: "t3"}, nil},
+			{"user", store.RunFilter{User: "v"}, []string{"r5"}},
+			{"version", store.RunFilter{Tenant: "t1", AgentVersion: 1}, []string{"r1", "r2"}},
+			{"newest first, one", store.RunFilter{Tenant: "t1", Newest: true, Limit: 1}, []string{"r5"}},
+			{"oldest first, second page", store.RunFilter{Tenant: "t1", Limit: 1, Offset: 1}, []string{"r2"}},
+			{"newest first, second page", store.RunFilter{Tenant: "t1", Newest: true, Limit: 2, Offset: 1}, []string{"r1", "r2"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				rs, err := s.ListRuns(t.Context(), tc.f)
