@@ -37,6 +37,7 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
+	"github.com/agentplane/agentplane/trace/tail"
 )
 
 // Backend is the store the API runs on.
@@ -113,6 +114,11 @@ type Options struct {
 	AllowPrivateWebhooks bool
 	// HTTPClient fetches issuers' JWKS (default: a client with a timeout).
 	HTTPClient *http.Client
+
+	// MetricsToken is the operator's bearer token for GET /metrics
+	// (Prometheus metrics of every tenant, so no tenant's key opens it).
+	// Empty turns /metrics off (404). See docs/design/telemetry.md.
+	MetricsToken string
 }
 
 // Server serves the API and runs the workers.
@@ -239,6 +245,9 @@ func (s *Server) StartWorkers() error {
 		return errors.New("api: StartWorkers before Start")
 	}
 	ns := &notifyingStore{Backend: s.st, hub: s.hub}
+	if s.p.Telemetry != nil {
+		ns.tail = s.p.Telemetry.Tail
+	}
 	general, err := engine.New(engine.Options{Store: ns, Workflow: s.p.Loop.Workflow, LeaseTTL: s.o.LeaseTTL,
 		Poll: s.o.Poll, Clock: s.clock, Logger: s.log})
 	if err != nil {
@@ -282,16 +291,22 @@ func (s *Server) Stop() {
 }
 
 // notifyingStore tells the stream hub about every append and release of
-// the workers, so streams wake without polling.
+// the workers, so streams wake without polling, and the platform's
+// telemetry tail about every append, so metrics and spans follow the log.
 type notifyingStore struct {
 	Backend
-	hub *hub
+	hub  *hub
+	tail *tail.Tail
 }
 
 func (n *notifyingStore) Append(ctx context.Context, req store.AppendRequest) error {
 	err := n.Backend.Append(ctx, req)
 	if err == nil && len(req.Events) > 0 {
-		n.hub.notify(req.RunID, req.Events[len(req.Events)-1].Seq)
+		last := req.Events[len(req.Events)-1].Seq
+		n.hub.notify(req.RunID, last)
+		if n.tail != nil {
+			n.tail.Appended(req.RunID, req.Events[0].Seq, last)
+		}
 	}
 	return err
 }
@@ -316,6 +331,10 @@ func (i *interactiveStore) ClaimRun(ctx context.Context, owner string, ttl time.
 // arrive within BodyTimeout.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w = &writeDeadline{ResponseWriter: w, rc: http.NewResponseController(w), d: s.o.WriteTimeout}
+	if r.URL.Path == metricsPath {
+		s.serveMetrics(w, r)
+		return
+	}
 	rt, params, allow := s.router.lookup(r.Method, r.URL.EscapedPath())
 	if rt == nil {
 		if len(allow) > 0 {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/trace/otelexport"
 )
 
 // Main runs the CLI and returns the process exit code.
@@ -157,6 +158,8 @@ type common struct {
 	// sandboxes
 	guest, runsc string
 	downgrade    bool
+	// otlp is where live spans go ("" exports none).
+	otlp string
 }
 
 func (c *command) flags(name string, cm *common) *flag.FlagSet {
@@ -178,6 +181,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		fs.StringVar(&cm.guest, "sandbox-guest", os.Getenv("AGENTPLANE_GUEST"), "static sandbox wrapper binary; enables tier 2 (bubblewrap) and tier 3 (gVisor) tools (env AGENTPLANE_GUEST)")
 		fs.StringVar(&cm.runsc, "runsc", os.Getenv("AGENTPLANE_RUNSC"), "static gVisor runsc for tier 3 (env AGENTPLANE_RUNSC; default runsc on PATH)")
 		fs.BoolVar(&cm.downgrade, "downgrade-tier3", false, "let tier-3 tools run at tier 2 when gVisor is unavailable (logged, recorded on every call)")
+		fs.StringVar(&cm.otlp, "otlp", os.Getenv("AGENTPLANE_OTLP"), "send live OpenTelemetry spans of the runs executed here to this endpoint (env AGENTPLANE_OTLP): "+otelexport.EndpointHelp)
 	}
 	return fs
 }
@@ -253,7 +257,8 @@ var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
 	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
-		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}}
+		Sandbox:   platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade},
+		Telemetry: platform.TelemetryOptions{OTLP: cm.otlp}}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -36,8 +36,19 @@ func (c *command) serve(args []string) error {
 	maxHeader := fs.Int("max-header-bytes", 64<<10, "cap on a request's header block")
 	maxConns := fs.Int("max-conns-per-client", 128, "connections one client address may hold (negative: no cap; behind a proxy, cap there)")
 	maxUnauth := fs.Int("max-unauthenticated-conns-per-client", 16, "of those, connections no request has authenticated on yet (negative: no cap)")
+	metricsToken := fs.String("metrics-token-file", "", "file holding the operator's bearer token for GET /metrics (Prometheus; without it /metrics is off)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	var token string
+	if *metricsToken != "" {
+		b, err := os.ReadFile(*metricsToken)
+		if err != nil {
+			return fmt.Errorf("metrics token: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); len(token) < 16 {
+			return fmt.Errorf("metrics token in %s: want at least 16 characters (for example: head -c 24 /dev/urandom | base64 > %s)", *metricsToken, *metricsToken)
+		}
 	}
 	cfg, err := loadAPIConfig(*config, cm.data)
 	if err != nil {
@@ -61,7 +72,7 @@ func (c *command) serve(args []string) error {
 	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
 		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate,
 		ReadHeaderTimeout: *headerTimeout, BodyTimeout: *bodyTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout,
-		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth})
+		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth, MetricsToken: token})
 	if err != nil {
 		return err
 	}

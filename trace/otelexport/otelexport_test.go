@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -25,7 +26,7 @@ import (
 
 const secret = "TOP-SECRET-PAYLOAD-7731"
 
-func recordedRun(t *testing.T) (*platform.Platform, []store.Event) {
+func recordedRun(t *testing.T, tel platform.TelemetryOptions) (*platform.Platform, []store.Event) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -56,7 +57,7 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 			t.Fatal(err)
 		}
 	}
-	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml")})
+	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"), Telemetry: tel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,16 +88,14 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 }
 
 func TestSpansFollowGenAIConventionsWithoutPayloads(t *testing.T) {
-	_, evs := recordedRun(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := otelexport.NewTracerProvider(exp)
-	n, err := otelexport.Export(context.Background(), tp, evs)
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
+	ro, err := otelexport.Derive(context.Background(), evs, func(string) string { return "scripted" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	spans := exp.GetSpans()
-	if n != 4 || len(spans) != 4 {
-		t.Fatalf("spans = %d (%d reported), want invoke_agent + 2 chat + 1 execute_tool", len(spans), n)
+	spans := tracetest.SpanStubsFromReadOnlySpans(ro)
+	if len(spans) != 4 {
+		t.Fatalf("spans = %d, want invoke_agent + 2 chat + 1 execute_tool", len(spans))
 	}
 	ops := map[string]int{}
 	var root, tool tracetest.SpanStub
@@ -126,17 +125,17 @@ func TestSpansFollowGenAIConventionsWithoutPayloads(t *testing.T) {
 		t.Fatalf("tool span %q not under the run span", tool.Name)
 	}
 	// Exporting again gives the same ids.
-	exp2 := tracetest.NewInMemoryExporter()
-	if _, err := otelexport.Export(context.Background(), otelexport.NewTracerProvider(exp2), evs); err != nil {
+	again, err := otelexport.Derive(context.Background(), evs, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if exp2.GetSpans()[0].SpanContext.SpanID() != spans[0].SpanContext.SpanID() {
+	if again[0].SpanContext().SpanID() != spans[0].SpanContext.SpanID() {
 		t.Fatal("span ids are not stable across exports")
 	}
 }
 
 func TestOTLPHTTPExport(t *testing.T) {
-	_, evs := recordedRun(t)
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
 	var posts atomic.Int64
 	var leaked atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -154,15 +153,16 @@ func TestOTLPHTTPExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := otelexport.NewTracerProvider(exp)
-	if _, err := otelexport.Export(context.Background(), tp, evs); err != nil {
+	spans, err := otelexport.Derive(context.Background(), evs, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
+	sent, failed, err := otelexport.ExportBatches(context.Background(), exp, spans, 2, 5*time.Second)
+	if err != nil || failed != 0 || sent != len(spans) {
+		t.Fatalf("sent %d, failed %d: %v", sent, failed, err)
 	}
-	if posts.Load() == 0 {
-		t.Fatal("no OTLP request reached the collector")
+	if posts.Load() != 2 {
+		t.Fatalf("%d OTLP requests for 4 spans in batches of 2, want 2", posts.Load())
 	}
 	if leaked.Load() {
 		t.Fatal("a payload reached the collector")
@@ -172,7 +172,7 @@ func TestOTLPHTTPExport(t *testing.T) {
 // A sandboxed call's span carries the host's boundary record, never the
 // sandbox's own sidecar claims, and the run span gets the teardown.
 func TestSandboxBoundaryOnToolSpan(t *testing.T) {
-	_, evs := recordedRun(t)
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
 	var out []store.Event
 	for _, ev := range evs {
 		switch ev.Type {
@@ -194,17 +194,19 @@ func TestSandboxBoundaryOnToolSpan(t *testing.T) {
 		}
 		out = append(out, ev)
 	}
-	exp := tracetest.NewInMemoryExporter()
-	if _, err := otelexport.Export(context.Background(), otelexport.NewTracerProvider(exp), out); err != nil {
+	ro, err := otelexport.Derive(context.Background(), out, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
 		"agentplane.sandbox.id": "apg-1", "agentplane.sandbox.executor": "gvisor", "agentplane.sandbox.outcome": "timeout",
 		"agentplane.sandbox.exit_code": "137", "agentplane.sandbox.provision_ms": "3", "agentplane.sandbox.wall_ms": "55",
 		"agentplane.sandbox.stdout_truncated": "true", "agentplane.sandbox.egress.denied": "1", "agentplane.sandbox.lifecycle": "warm",
+		"agentplane.sandbox.timed_out": "true", "agentplane.sandbox.killed": "true", "agentplane.sandbox.host": "h1",
+		"agentplane.sandbox.bytes_out": "104857600", "agentplane.sandbox.guest_claim.exec_ms": "40",
 	}
 	var teardown bool
-	for _, s := range exp.GetSpans() {
+	for _, s := range tracetest.SpanStubsFromReadOnlySpans(ro) {
 		for _, a := range s.Attributes {
 			if strings.Contains(a.Value.String(), secret) {
 				t.Errorf("span %s attribute %s carries sandbox or payload content", s.Name, a.Key)
