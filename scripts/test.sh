@@ -37,6 +37,9 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 # Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
+. scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
+# A test whose external dependency is missing fails instead of skipping.
+export AGENTPLANE_TEST_STRICT=1
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

@@ -173,27 +173,7 @@ func TestOTLPHTTPExport(t *testing.T) {
 // sandbox's own sidecar claims, and the run span gets the teardown.
 func TestSandboxBoundaryOnToolSpan(t *testing.T) {
 	_, evs := recordedRun(t, platform.TelemetryOptions{})
-	var out []store.Event
-	for _, ev := range evs {
-		switch ev.Type {
-		case trace.EvToolResult:
-			var r trace.ToolResult
-			if err := json.Unmarshal(ev.Payload, &r); err != nil {
-				t.Fatal(err)
-			}
-			r.Sandbox = &trace.SandboxInfo{ID: "apg-1", Host: "h1", Executor: "gvisor", Tier: 3, Lifecycle: "warm",
-				ProvisionMS: 3, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
-				StdoutBytes: 100 << 20, StdoutTruncated: true,
-				Egress: []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
-				Claim:  &trace.SandboxClaim{ExecMS: 40, Report: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}}
-			ev.Payload, _ = json.Marshal(r)
-		case trace.EvRunCompleted:
-			td, _ := json.Marshal(trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{{ID: "apg-1", Executor: "gvisor", By: "caller", Uses: 1}}})
-			out = append(out, store.Event{RunID: ev.RunID, Seq: ev.Seq, Type: trace.EvSandboxEnd, Step: ev.Step, At: ev.At, Payload: td})
-			ev.Seq++
-		}
-		out = append(out, ev)
-	}
+	out := sandboxedLog(t, evs)
 	ro, err := otelexport.Derive(context.Background(), out, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -230,4 +210,33 @@ func TestSandboxBoundaryOnToolSpan(t *testing.T) {
 	if !teardown {
 		t.Error("run span has no sandbox teardown event")
 	}
+}
+
+// sandboxedLog is evs with the tool call made in a (simulated) gVisor
+// sandbox that timed out, whose guest claims carry a payload, and a
+// sandbox teardown before the run ended.
+func sandboxedLog(t *testing.T, evs []store.Event) []store.Event {
+	t.Helper()
+	var out []store.Event
+	for _, ev := range evs {
+		switch ev.Type {
+		case trace.EvToolResult:
+			var r trace.ToolResult
+			if err := json.Unmarshal(ev.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			r.Sandbox = &trace.SandboxInfo{ID: "apg-1", Host: "h1", Executor: "gvisor", Tier: 3, Lifecycle: "warm",
+				ProvisionMS: 3, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
+				StdoutBytes: 100 << 20, StdoutTruncated: true, BytesIn: 12, Teardown: "destroyed",
+				Egress: []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
+				Claim:  &trace.SandboxClaim{ExecMS: 40, Report: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}}
+			ev.Payload, _ = json.Marshal(r)
+		case trace.EvRunCompleted:
+			td, _ := json.Marshal(trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{{ID: "apg-1", Executor: "gvisor", By: "caller", Uses: 1}}})
+			out = append(out, store.Event{RunID: ev.RunID, Seq: ev.Seq, Type: trace.EvSandboxEnd, Step: ev.Step, At: ev.At, Payload: td})
+			ev.Seq++
+		}
+		out = append(out, ev)
+	}
+	return out
 }
