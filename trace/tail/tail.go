@@ -245,10 +245,10 @@ func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, error) {
 			f.sinks = append(f.sinks, s.Run(id))
 		}
 		t.runs[id] = f
-		t.evict()
 	}
 	t.tick++
 	f.active = t.tick
+	t.evict()
 	if f.cursor >= w.to {
 		return true, nil
 	}
