@@ -25,7 +25,7 @@ func (c *command) traceExport(args []string) error {
 		return err
 	}
 	if len(pos) == 0 || *endpoint == "" {
-		return exitCode{2, "usage: agentplane trace export RUN [RUN...] --otlp URL"}
+		return exitCode{2, "usage: agentplane trace export RUN|last [RUN...] --otlp URL"}
 	}
 	p, err := c.open(&cm, nil)
 	if err != nil {
@@ -38,7 +38,11 @@ func (c *command) traceExport(args []string) error {
 	}
 	defer exp.Shutdown(c.ctx)
 	var spans []sdktrace.ReadOnlySpan
-	for _, id := range pos {
+	for _, ref := range pos {
+		id, err := c.runRef(p, "trace export", ref)
+		if err != nil {
+			return err
+		}
 		evs, err := p.Store.Events(c.ctx, id, 0, 0)
 		if err != nil {
 			return fmt.Errorf("run %s: %w", id, err)
