@@ -2,7 +2,10 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,4 +79,61 @@ func apiKeyWith(t *testing.T, f *fixture, scopes []string) string {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// GET /v1/runs?prompt_hash= lists the caller's tenant's runs that sent
+// that prompt, and refuses what is not a prompt hash.
+func TestListRunsByPromptHash(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	a, b := f.startAsync(priya), f.startAsync(priya)
+	other := f.startAsync(gus)
+	done := []string{store.StatusWaiting, store.StatusCompleted, store.StatusFailed, store.StatusCompletedPartial}
+	for _, id := range []string{a, b} {
+		f.waitStatus(priya, id, done...)
+	}
+	f.waitStatus(gus, other, done...)
+	evs, err := f.p.Store.Events(context.Background(), a, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hash string
+	for _, ev := range evs {
+		if ev.Type == store.EventModelCall {
+			var mc struct {
+				PromptHash string `json:"prompt_hash"`
+			}
+			if err := json.Unmarshal(ev.Payload, &mc); err != nil {
+				t.Fatal(err)
+			}
+			hash = mc.PromptHash
+			break
+		}
+	}
+	if hash == "" {
+		t.Fatal("no model call in the run")
+	}
+	r := f.do(priya, "GET", "/v1/runs?prompt_hash="+url.QueryEscape(hash), nil)
+	if r.status != http.StatusOK {
+		t.Fatal(r)
+	}
+	var list api.RunList
+	r.decode(t, &list)
+	var ids []string
+	for _, run := range list.Runs {
+		ids = append(ids, run.ID)
+	}
+	if !slices.Contains(ids, a) || !slices.Contains(ids, b) || slices.Contains(ids, other) {
+		t.Fatalf("prompt_hash lists %v; want %s and %s, not the other tenant's %s", ids, a, b, other)
+	}
+	// The other tenant's identical prompt is not visible to priya, nor hers to gus.
+	r = f.do(gus, "GET", "/v1/runs?prompt_hash="+strings.TrimPrefix(hash, "sha256:"), nil)
+	r.decode(t, &list)
+	for _, run := range list.Runs {
+		if run.ID == a || run.ID == b {
+			t.Fatalf("gus sees priya's run %s", run.ID)
+		}
+	}
+	if r := f.do(priya, "GET", "/v1/runs?prompt_hash=abc", nil); r.status != http.StatusBadRequest {
+		t.Fatalf("a malformed hash: %s, want 400", r)
+	}
 }

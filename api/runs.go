@@ -275,7 +275,12 @@ func handleListRuns(s *Server, w http.ResponseWriter, r *http.Request, p *Princi
 		s.fail(w, r, err)
 		return
 	}
-	rs, err := s.st.ListRuns(r.Context(), store.RunFilter{Tenant: p.Tenant, Agent: q.Get("agent"), Status: q.Get("status"), Limit: limit})
+	ph := q.Get("prompt_hash")
+	if _, ok := store.PromptHashHex(ph); ph != "" && !ok {
+		s.fail(w, r, badRequest("prompt_hash must be a sha256 as a model call records it: sha256:HEX or HEX, 64 lower-case hex digits"))
+		return
+	}
+	rs, err := s.st.ListRuns(r.Context(), store.RunFilter{Tenant: p.Tenant, Agent: q.Get("agent"), Status: q.Get("status"), PromptHash: ph, Limit: limit})
 	if err != nil {
 		s.fail(w, r, err)
 		return

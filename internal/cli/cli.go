@@ -202,7 +202,7 @@ var usageLines = map[string]string{
 	"replay":       "agentplane replay RUN|last --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON] [--admin]",
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
-	"runs":         "agentplane runs [--status S] [--json] | runs RUN|last [--json]",
+	"runs":         "agentplane runs [--status S] [--tenant T] [--prompt-hash H] [--json] | runs RUN|last [--json]",
 	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",

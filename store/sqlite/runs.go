@@ -96,6 +96,14 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]*store.Run, 
 		q += " AND status = ?"
 		args = append(args, f.Status)
 	}
+	if f.PromptHash != "" {
+		h, ok := store.PromptHashHex(f.PromptHash)
+		if !ok {
+			return nil, nil
+		}
+		q += " AND id IN (SELECT run_id FROM run_prompt_hashes WHERE prompt_hash = ?)"
+		args = append(args, h)
+	}
 	q += " ORDER BY created_at, id"
 	if f.Limit > 0 {
 		q += " LIMIT ?"
