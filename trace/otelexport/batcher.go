@@ -51,6 +51,10 @@ type Batcher struct {
 	// closed makes OnEnd after Shutdown drop instead of sending on a
 	// channel nobody reads.
 	closed atomic.Bool
+	// base is cancelled when Shutdown's context ends, so what is still
+	// queued then fails at once instead of holding up an exit.
+	base       context.Context
+	cancelBase context.CancelFunc
 
 	exported, dropped, failed atomic.Int64
 }
@@ -74,6 +78,7 @@ func NewBatcher(exp sdktrace.SpanExporter, o BatcherOptions) *Batcher {
 	}
 	b := &Batcher{o: o, exp: exp, queue: make(chan sdktrace.ReadOnlySpan, o.QueueSize),
 		flush: make(chan chan struct{}), done: make(chan struct{})}
+	b.base, b.cancelBase = context.WithCancel(context.Background())
 	go b.loop()
 	return b
 }
@@ -136,11 +141,15 @@ func (b *Batcher) ForceFlush(ctx context.Context) error {
 	}
 }
 
-// Shutdown sends what is queued (bounded by ctx), stops the goroutine and
-// shuts the exporter down.
+// Shutdown sends what is queued, stops the goroutine and shuts the
+// exporter down, all bounded by ctx: once ctx ends, whatever is still
+// queued is counted as failed rather than sent.
 func (b *Batcher) Shutdown(ctx context.Context) error {
 	var err error
 	b.stop.Do(func() {
+		stop := context.AfterFunc(ctx, b.cancelBase)
+		defer stop()
+		defer b.cancelBase()
 		ferr := b.ForceFlush(ctx)
 		b.closed.Store(true)
 		close(b.flush)
@@ -197,7 +206,7 @@ func (b *Batcher) loop() {
 }
 
 func (b *Batcher) send(batch []sdktrace.ReadOnlySpan) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.o.Timeout)
+	ctx, cancel := context.WithTimeout(b.base, b.o.Timeout)
 	defer cancel()
 	if err := b.exp.ExportSpans(ctx, batch); err != nil {
 		b.failed.Add(int64(len(batch)))

@@ -88,3 +88,26 @@ func TestBatcherCountsFailedBatches(t *testing.T) {
 	}
 	_ = b.Shutdown(context.Background())
 }
+
+// Shutdown is bounded by its context even with a full queue and an
+// exporter that never answers: what is left is counted as failed.
+func TestBatcherShutdownIsBounded(t *testing.T) {
+	exp := &stuck{release: make(chan struct{})}
+	defer close(exp.release)
+	b := otelexport.NewBatcher(exp, otelexport.BatcherOptions{QueueSize: 100, BatchSize: 10, Interval: time.Hour, Timeout: time.Hour})
+	for range 100 {
+		b.OnEnd(span("a"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = b.Shutdown(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown waited for an exporter that never answers")
+	}
+	if st := b.Stats(); st.Exported != 0 || st.Failed+st.Dropped != 100 {
+		t.Fatalf("stats %+v, want all 100 spans failed", st)
+	}
+}

@@ -38,7 +38,7 @@ func (c *collector) output() string {
 	return c.out.String()
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,7 +48,7 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func startCollector(t *testing.T) *collector {
+func startCollector(t testing.TB) *collector {
 	t.Helper()
 	bin := os.Getenv("AGENTPLANE_OTELCOL")
 	if bin == "" {

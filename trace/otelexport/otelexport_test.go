@@ -26,7 +26,22 @@ import (
 
 const secret = "TOP-SECRET-PAYLOAD-7731"
 
+const secretTurns = `
+turns:
+  - text: "thinking about ` + secret + `"
+    tool_calls: [{name: echo, args: {text: "` + secret + `"}}]
+  - text: done
+`
+
 func recordedRun(t *testing.T, tel platform.TelemetryOptions) (*platform.Platform, []store.Event) {
+	t.Helper()
+	p := openPlatform(t, tel, secretTurns)
+	return p, execute(t, p)
+}
+
+// openPlatform opens a platform with agent a (tool echo) whose scripted
+// model plays turns.
+func openPlatform(t testing.TB, tel platform.TelemetryOptions, turns string) *platform.Platform {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -37,19 +52,14 @@ providers:
 aliases:
   - {name: m, provider: scripted, model_id: scripted-m, price: {currency: USD, input_per_mtok: 1000000, output_per_mtok: 1000000, cache_write_per_mtok: 0, cache_read_per_mtok: 0}}
 `,
-		"turns.yaml": `
-turns:
-  - text: "thinking about ` + secret + `"
-    tool_calls: [{name: echo, args: {text: "` + secret + `"}}]
-  - text: done
-`,
+		"turns.yaml": turns,
 		"agent.yaml": `
 agent: a
 version: 1
 model: {alias: m}
 instructions: Help.
 tools: [{tool: echo}]
-budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_clock: 1m}
+budgets: {max_steps: 50, max_input_tokens: 10000000, max_cost_usd: 1000, max_wall_clock: 10m}
 `,
 	}
 	for n, b := range files {
@@ -76,6 +86,13 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 	if _, err := p.Registry.Apply(ctx, d); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// execute runs agent a once and returns the run's log.
+func execute(t testing.TB, p *platform.Platform) []store.Event {
+	t.Helper()
+	ctx := context.Background()
 	r, err := p.StartRun(ctx, platform.StartRequest{Agent: "a", Task: "task mentioning " + secret, Tenant: "t", User: "u"})
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +100,11 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 	if _, err := p.Engine.Execute(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	evs, _ := p.Store.Events(ctx, r.ID, 0, 0)
-	return p, evs
+	evs, err := p.Store.Events(ctx, r.ID, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }
 
 func TestSpansFollowGenAIConventionsWithoutPayloads(t *testing.T) {
