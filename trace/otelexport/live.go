@@ -58,12 +58,14 @@ func NewLive(o LiveOptions) *Live {
 
 func (l *Live) dropped(runID, reason string, n int) {
 	l.mu.Lock()
-	if _, ok := l.lost[runID]; ok || len(l.lost) < maxLost {
+	_, known := l.lost[runID]
+	if known || len(l.lost) < maxLost {
 		l.lost[runID] += int64(n)
 	}
 	l.mu.Unlock()
-	if reason == "queue_full" {
-		l.o.Logger.Warn("otel export queue full: span dropped; export the run again from its log", "run", runID, "command", "agentplane trace export "+runID)
+	if !known { // once per run, not per span
+		l.o.Logger.Warn("otel export lost spans of a run; export it again from its log", "run", runID, "reason", reason,
+			"command", "agentplane trace export "+runID)
 	}
 	if l.o.OnDrop != nil {
 		l.o.OnDrop(reason, n)
