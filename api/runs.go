@@ -275,7 +275,12 @@ func handleListRuns(s *Server, w http.ResponseWriter, r *http.Request, p *Princi
 		s.fail(w, r, err)
 		return
 	}
-	f := store.RunFilter{Tenant: p.Tenant, Agent: q.Get("agent"), Status: q.Get("status"), User: q.Get("user"), Limit: limit}
+	ph := q.Get("prompt_hash")
+	if _, ok := store.PromptHashHex(ph); ph != "" && !ok {
+		s.fail(w, r, badRequest("prompt_hash must be a sha256 as a model call records it: sha256:HEX or HEX, 64 lower-case hex digits"))
+		return
+	}
+	f := store.RunFilter{Tenant: p.Tenant, Agent: q.Get("agent"), Status: q.Get("status"), User: q.Get("user"), PromptHash: ph, Limit: limit}
 	if v := q.Get("version"); v != "" {
 		if f.AgentVersion, err = strconv.Atoi(v); err != nil || f.AgentVersion < 1 {
 			s.fail(w, r, badRequest("version must be a version number"))

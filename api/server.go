@@ -38,6 +38,7 @@ import (
 	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
+	"github.com/agentplane/agentplane/trace/tail"
 )
 
 // Backend is the store the API runs on.
@@ -130,6 +131,10 @@ type Options struct {
 	// CORSOrigins are other origins whose pages may call the API with
 	// credentials (added to the config's cors_origins). None: CORS is off.
 	CORSOrigins []string
+	// MetricsToken is the operator's bearer token for GET /metrics
+	// (Prometheus metrics of every tenant, so no tenant's key opens it).
+	// Empty turns /metrics off (404). See docs/design/telemetry.md.
+	MetricsToken string
 }
 
 // Server serves the API and runs the workers.
@@ -274,6 +279,9 @@ func (s *Server) StartWorkers() error {
 	// queuing between tenants, a reserve for interactive runs, and every
 	// append and release wakes the streams at once.
 	ns := &notifyingStore{Backend: s.st, hub: s.hub}
+	if s.p.Telemetry != nil {
+		ns.tail = s.p.Telemetry.Tail
+	}
 	po := engine.PoolOptions{Wrap: func(store.Store) store.Store { return ns }, LeaseTTL: s.o.LeaseTTL, Poll: s.o.Poll, Clock: s.clock, Logger: s.log}
 	general, err := emb.Pool(po)
 	if err != nil {
@@ -317,16 +325,22 @@ func (s *Server) Stop() {
 }
 
 // notifyingStore tells the stream hub about every append and release of
-// the workers, so streams wake without polling.
+// the workers, so streams wake without polling, and the platform's
+// telemetry tail about every append, so metrics and spans follow the log.
 type notifyingStore struct {
 	Backend
-	hub *hub
+	hub  *hub
+	tail *tail.Tail
 }
 
 func (n *notifyingStore) Append(ctx context.Context, req store.AppendRequest) error {
 	err := n.Backend.Append(ctx, req)
 	if err == nil && len(req.Events) > 0 {
-		n.hub.notify(req.RunID, req.Events[len(req.Events)-1].Seq)
+		last := req.Events[len(req.Events)-1].Seq
+		n.hub.notify(req.RunID, last)
+		if n.tail != nil {
+			n.tail.Appended(req.RunID, req.Events[0].Seq, last)
+		}
 	}
 	return err
 }
@@ -353,6 +367,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w = &writeDeadline{ResponseWriter: w, rc: http.NewResponseController(w), d: s.o.WriteTimeout}
 	h := w.Header()
 	h.Set("X-Content-Type-Options", "nosniff")
+	if r.URL.Path == metricsPath {
+		s.serveMetrics(w, r)
+		return
+	}
 	if s.cors(w, r) {
 		return
 	}

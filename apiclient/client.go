@@ -329,7 +329,9 @@ func (c *Client) GetRun(ctx context.Context, id string) (*Run, error) {
 // ListRunsOptions filter ListRuns.
 type ListRunsOptions struct {
 	Agent, Status string
-	Limit         int
+	// PromptHash selects the runs that sent a prompt with this sha256.
+	PromptHash string
+	Limit      int
 }
 
 // ListRuns lists the caller's tenant's runs, oldest first.
@@ -340,6 +342,9 @@ func (c *Client) ListRuns(ctx context.Context, o ListRunsOptions) ([]Run, error)
 	}
 	if o.Status != "" {
 		q.Set("status", o.Status)
+	}
+	if o.PromptHash != "" {
+		q.Set("prompt_hash", o.PromptHash)
 	}
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))

@@ -39,7 +39,9 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 . scripts/sandboxes.sh
 . scripts/setup-mcp.sh
 . scripts/setup-chromium.sh # the run viewer's browser tests (web/); exports AGENTPLANE_CHROMIUM
-export AGENTPLANE_TEST_STRICT=1 # a test whose dependency is missing fails instead of skipping
+. scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
+# A test whose external dependency is missing fails instead of skipping.
+export AGENTPLANE_TEST_STRICT=1
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

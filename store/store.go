@@ -96,6 +96,34 @@ type RunFilter struct {
 	AgentVersion int
 	Offset       int
 	Newest       bool
+	// PromptHash selects the runs that sent a prompt with this sha256
+	// ("sha256:HEX" as recorded, or the bare lower-case HEX): the
+	// prompt_hash of any of their EventModelCall events. A store indexes
+	// it when such an event is appended. A value that is not a sha256
+	// matches no run.
+	PromptHash string
+}
+
+// EventModelCall is the type of the event recording a model call (the
+// trace package defines its payload); its payload's "prompt_hash" field is
+// what RunFilter.PromptHash matches.
+const EventModelCall = "model_call"
+
+// PromptHashHex returns the 64 lower-case hex digits of a prompt hash
+// written as recorded ("sha256:HEX") or bare, and whether h is one.
+func PromptHashHex(h string) (string, bool) {
+	if len(h) == 64+len("sha256:") && h[:7] == "sha256:" {
+		h = h[7:]
+	}
+	if len(h) != 64 {
+		return "", false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", false
+		}
+	}
+	return h, true
 }
 
 // RunUpdate changes a run's mutable fields together with an append. Nil

@@ -25,7 +25,7 @@ import (
 const (
 	EvRunStarted   = "run_started"
 	EvStepStarted  = "step_started"
-	EvModelCall    = "model_call"
+	EvModelCall    = store.EventModelCall
 	EvToolAttempt  = "tool_attempt"
 	EvToolResult   = "tool_result"
 	EvLoopNote     = "loop_note"

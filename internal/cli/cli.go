@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/trace/otelexport"
 )
 
 // Main runs the CLI and returns the process exit code.
@@ -160,6 +161,8 @@ type common struct {
 	// sandboxes
 	guest, runsc string
 	downgrade    bool
+	// otlp is where live spans go ("" exports none).
+	otlp string
 }
 
 func (c *command) flags(name string, cm *common) *flag.FlagSet {
@@ -181,6 +184,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		fs.StringVar(&cm.guest, "sandbox-guest", os.Getenv("AGENTPLANE_GUEST"), "static sandbox wrapper binary; enables tier 2 (bubblewrap) and tier 3 (gVisor) tools (env AGENTPLANE_GUEST)")
 		fs.StringVar(&cm.runsc, "runsc", os.Getenv("AGENTPLANE_RUNSC"), "static gVisor runsc for tier 3 (env AGENTPLANE_RUNSC; default runsc on PATH)")
 		fs.BoolVar(&cm.downgrade, "downgrade-tier3", false, "let tier-3 tools run at tier 2 when gVisor is unavailable (logged, recorded on every call)")
+		fs.StringVar(&cm.otlp, "otlp", os.Getenv("AGENTPLANE_OTLP"), "send live OpenTelemetry spans of the runs executed here to this endpoint (env AGENTPLANE_OTLP): "+otelexport.EndpointHelp)
 	}
 	return fs
 }
@@ -201,7 +205,7 @@ var usageLines = map[string]string{
 	"replay":       "agentplane replay RUN|last --from-step N [--agent NAME@VERSION] [--model ALIAS] [--instructions FILE] [--mode recorded|live] [--mock TOOL=JSON] [--admin]",
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
-	"runs":         "agentplane runs [--status S] [--json] | runs RUN|last [--json]",
+	"runs":         "agentplane runs [--status S] [--tenant T] [--prompt-hash H] [--json] | runs RUN|last [--json]",
 	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
@@ -257,7 +261,8 @@ var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
 	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
-		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions()}
+		Sandbox:   platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions(),
+		Telemetry: platform.TelemetryOptions{OTLP: cm.otlp}}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

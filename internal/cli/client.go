@@ -155,6 +155,7 @@ func (c *command) remoteRun(cl *apiclient.Client, args []string) error {
 func (c *command) remoteRuns(cl *apiclient.Client, args []string) error {
 	fs := c.remoteFlags("runs")
 	status := fs.String("status", "", "only runs with this status")
+	promptHash := fs.String("prompt-hash", "", "only runs that sent a prompt with this sha256 (a model call's prompt_hash)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -180,7 +181,7 @@ func (c *command) remoteRuns(cl *apiclient.Client, args []string) error {
 			Parent: r.ParentRunID, Output: r.Output, LastSeq: r.LastEventID})
 		return nil
 	}
-	rs, err := cl.ListRuns(c.ctx, apiclient.ListRunsOptions{Status: *status, Limit: 1000})
+	rs, err := cl.ListRuns(c.ctx, apiclient.ListRunsOptions{Status: *status, PromptHash: *promptHash, Limit: 1000})
 	if err != nil {
 		return err
 	}

@@ -305,6 +305,8 @@ func (c *command) runs(args []string) error {
 	var cm common
 	fs := c.flags("runs", &cm)
 	status := fs.String("status", "", "only runs with this status")
+	tenant := fs.String("tenant", "", "only runs of this tenant")
+	promptHash := fs.String("prompt-hash", "", "only runs that sent a prompt with this sha256 (a model call's prompt_hash, shown by trace)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -339,7 +341,10 @@ func (c *command) runs(args []string) error {
 			Parent: r.ParentRunID, Output: r.Result, LastSeq: r.LastSeq})
 		return nil
 	}
-	rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{Status: *status})
+	if _, ok := store.PromptHashHex(*promptHash); *promptHash != "" && !ok {
+		return exitCode{2, "runs --prompt-hash: want a prompt's sha256 as a model call records it (sha256:HEX or HEX; trace RUN --json shows it)"}
+	}
+	rs, err := p.Store.ListRuns(c.ctx, store.RunFilter{Status: *status, Tenant: *tenant, PromptHash: *promptHash})
 	if err != nil {
 		return err
 	}

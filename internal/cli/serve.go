@@ -40,8 +40,19 @@ func (c *command) serve(args []string) error {
 	corsOrigins := fs.String("cors-origins", "", "comma-separated origins (https://host[:port]) whose pages may call the API with credentials (default none: CORS off; also cors_origins in the config)")
 	secureCookies := fs.Bool("secure-cookies", false, "mark the viewer's session cookies Secure on plain HTTP too (behind a proxy that terminates TLS)")
 	sessionTTL := fs.Duration("session-ttl", 12*time.Hour, "how long a browser session lasts from sign-in")
+	metricsToken := fs.String("metrics-token-file", "", "file holding the operator's bearer token for GET /metrics (Prometheus; without it /metrics is off)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
+	}
+	var token string
+	if *metricsToken != "" {
+		b, err := os.ReadFile(*metricsToken)
+		if err != nil {
+			return fmt.Errorf("metrics token: %w", err)
+		}
+		if token = strings.TrimSpace(string(b)); len(token) < 16 {
+			return fmt.Errorf("metrics token in %s: want at least 16 characters (for example: head -c 24 /dev/urandom | base64 > %s)", *metricsToken, *metricsToken)
+		}
 	}
 	cfg, err := loadAPIConfig(*config, cm.data)
 	if err != nil {
@@ -66,7 +77,7 @@ func (c *command) serve(args []string) error {
 		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate,
 		ReadHeaderTimeout: *headerTimeout, BodyTimeout: *bodyTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout,
 		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth,
-		UI: web.Handler(), SessionTTL: *sessionTTL, SecureCookies: *secureCookies, CORSOrigins: splitList(*corsOrigins)})
+		UI: web.Handler(), SessionTTL: *sessionTTL, SecureCookies: *secureCookies, CORSOrigins: splitList(*corsOrigins), MetricsToken: token})
 	if err != nil {
 		return err
 	}

@@ -77,6 +77,9 @@ type Options struct {
 	Sandbox SandboxOptions
 	// MCP configures the MCP host that runs connectors' tools.
 	MCP MCPOptions
+	// Telemetry configures the live span export and the metrics derived
+	// from the events the platform's engine appends.
+	Telemetry TelemetryOptions
 }
 
 // Platform is a running agentplane instance.
@@ -112,7 +115,11 @@ type Platform struct {
 	// MCP is the MCP host: the connectors' servers, one session per run.
 	MCP        *mcphost.Host
 	connectors *connectorRegistry
-	log        *slog.Logger
+	// Telemetry derives metrics and live spans from appended events.
+	Telemetry *Telemetry
+	log       *slog.Logger
+	// providerTypes maps a model alias to its provider's type.
+	providerTypes map[string]string
 	// manifests parses each stored tool manifest once.
 	manifests tool.ManifestCache
 }
@@ -154,10 +161,11 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	}
 	p.Models, p.Rates = o.Gateway, o.Rates
 	if p.Models == nil {
-		gw, rates, err := buildGateway(o)
+		gw, rates, types, err := buildGateway(o)
 		if err != nil {
 			return fail(err)
 		}
+		p.providerTypes = types
 		if gw != nil {
 			p.Models, p.Rates = gw, rates
 		} else {
@@ -182,9 +190,12 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return fail(err)
 	}
-	var es store.Store = st
+	if err := p.openTelemetry(ctx, o); err != nil {
+		return fail(err)
+	}
+	var es store.Store = p.Telemetry.Tail.Wrap(st)
 	if o.WrapStore != nil {
-		es = o.WrapStore(st)
+		es = o.WrapStore(es)
 	}
 	p.Deltas = NewDeltaBus()
 	var ender loop.SandboxEnder
@@ -215,7 +226,9 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	return p, nil
 }
 
-func buildGateway(o Options) (*model.Gateway, *model.Rates, error) {
+// buildGateway builds the gateway of the models config, with each alias's
+// provider type.
+func buildGateway(o Options) (*model.Gateway, *model.Rates, map[string]string, error) {
 	cfg, name := o.Models, "models config"
 	read := o.ModelsReadFile
 	if read == nil {
@@ -228,17 +241,25 @@ func buildGateway(o Options) (*model.Gateway, *model.Rates, error) {
 		}
 		data, err := os.ReadFile(name)
 		if errors.Is(err, os.ErrNotExist) && o.ModelsFile == "" {
-			return nil, nil, nil
+			return nil, nil, nil, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cfg, err = ParseModelsConfig(name, data)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return cfg.BuildWith(name, BuildOptions{ReadFile: read, Script: o.Script, Types: o.ProviderTypes})
+	gw, rates, err := cfg.BuildWith(name, BuildOptions{ReadFile: read, Script: o.Script, Types: o.ProviderTypes})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	types := map[string]string{}
+	for _, a := range cfg.Aliases {
+		types[a.Name] = cfg.Providers[a.Provider].Type
+	}
+	return gw, rates, types, nil
 }
 
 // noModels answers every call with a clear configuration error.
@@ -286,6 +307,9 @@ func (p *Platform) ModelsConfigured() bool {
 // Close stops everything Open started.
 func (p *Platform) Close() error {
 	var errs []error
+	if p.Telemetry != nil {
+		errs = append(errs, p.Telemetry.close())
+	}
 	if p.Sandboxes != nil {
 		p.Sandboxes.Stop()
 	}

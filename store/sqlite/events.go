@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -195,7 +196,7 @@ func (s *Store) commit(batch []*appendOp) {
 // writeStmts are the statements of the append path, prepared once on the
 // single writing connection (parsing SQL per event dominated the profile).
 type writeStmts struct {
-	head, insert, consume, update, savepoint, rollbackTo, release *sql.Stmt
+	head, insert, prompt, consume, update, savepoint, rollbackTo, release *sql.Stmt
 }
 
 const updateRunSQL = `UPDATE runs SET last_seq = ?,
@@ -213,6 +214,7 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 	}{
 		{&w.head, "SELECT last_seq, lease_epoch FROM runs WHERE id = ?"},
 		{&w.insert, "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)"},
+		{&w.prompt, "INSERT OR IGNORE INTO run_prompt_hashes(prompt_hash, run_id) VALUES (?,?)"},
 		{&w.consume, "UPDATE signals SET consumed = 1 WHERE id = ? AND run_id = ? AND consumed = 0"},
 		{&w.update, updateRunSQL},
 		{&w.savepoint, "SAVEPOINT op"},
@@ -229,11 +231,27 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 }
 
 func (w *writeStmts) close() {
-	for _, st := range []*sql.Stmt{w.head, w.insert, w.consume, w.update, w.savepoint, w.rollbackTo, w.release} {
+	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.update, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			st.Close()
 		}
 	}
+}
+
+// promptHash is the hex of the prompt hash a model_call event records, or
+// "" for any other event or a value that is not a sha256.
+func promptHash(ev *store.Event) string {
+	if ev.Type != store.EventModelCall {
+		return ""
+	}
+	var mc struct {
+		PromptHash string `json:"prompt_hash"`
+	}
+	if json.Unmarshal(ev.Payload, &mc) != nil {
+		return ""
+	}
+	h, _ := store.PromptHashHex(mc.PromptHash)
+	return h
 }
 
 func opt[T any](p *T) any {
@@ -263,6 +281,11 @@ func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, req *store.Appen
 		if _, err := tx.StmtContext(ctx, w.insert).ExecContext(ctx,
 			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]); err != nil {
 			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
+		}
+		if h := promptHash(ev); h != "" {
+			if _, err := tx.StmtContext(ctx, w.prompt).ExecContext(ctx, h, ev.RunID); err != nil {
+				return fmt.Errorf("append to run %s seq %d: index prompt hash: %w", req.RunID, ev.Seq, err)
+			}
 		}
 		lastSeq = ev.Seq
 	}

@@ -104,6 +104,14 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]*store.Run, 
 		q += " AND agent_version = ?"
 		args = append(args, f.AgentVersion)
 	}
+	if f.PromptHash != "" {
+		h, ok := store.PromptHashHex(f.PromptHash)
+		if !ok {
+			return nil, nil
+		}
+		q += " AND id IN (SELECT run_id FROM run_prompt_hashes WHERE prompt_hash = ?)"
+		args = append(args, h)
+	}
 	if f.Newest {
 		q += " ORDER BY created_at DESC, id DESC"
 	} else {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,62 @@ func testRuns(t *testing.T, newStore func(*testing.T) store.Store) {
 			}
 		})
 	})
+}
+
+type promptEvent struct {
+	typ     string
+	payload []byte
+}
+
+// testPromptHashes checks RunFilter.PromptHash: the runs whose model_call
+// events recorded the hash, within the tenant filtered on, found from the
+// index the append filled (a hash in another event type, or in a form
+// that is not a sha256, names nothing).
+func testPromptHashes(t *testing.T, s store.Store) {
+	h1, h2 := strings.Repeat("a1", 32), strings.Repeat("b2", 32)
+	call := func(h string) []byte {
+		return []byte(`{"alias":"m","delta":[1],"prompt_hash":"sha256:` + h + `","prompt_bytes":10}`)
+	}
+	for i, r := range []struct {
+		id, tenant string
+		events     []promptEvent
+	}{
+		{"p1", "t1", []promptEvent{{store.EventModelCall, call(h1)}, {store.EventModelCall, call(h2)}}},
+		{"p2", "t1", []promptEvent{{store.EventModelCall, call(h1)}, {store.EventModelCall, call(h1)}}},
+		{"p3", "t2", []promptEvent{{store.EventModelCall, call(h1)}}},
+		{"p4", "t1", []promptEvent{{"tool_result", call(h2)}, {store.EventModelCall, call(strings.ToUpper(h2))}}},
+	} {
+		ok(t, "CreateRun", s.CreateRun(t.Context(), &store.Run{ID: r.id, Tenant: r.tenant, User: "u", Agent: "a", AgentVersion: 1,
+			Task: "x", Mode: modeAsync, Status: store.StatusQueued, CreatedAt: Base.Add(time.Duration(i) * time.Minute)}))
+		lease := claim(t, s, r.id, "w", Base)
+		c := &chain{runID: r.id}
+		for _, e := range r.events {
+			evs := c.next(1, e.typ)
+			evs[0].Payload = e.payload
+			evs[0].Hash = store.ChainHash(evs[0].PrevHash, &evs[0])
+			c.appendOK(t, s, lease.LeaseEpoch, evs)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.RunFilter
+		want []string
+	}{
+		{"every tenant", store.RunFilter{PromptHash: h1}, []string{"p1", "p2", "p3"}},
+		{"one tenant", store.RunFilter{Tenant: "t1", PromptHash: h1}, []string{"p1", "p2"}},
+		{"as recorded", store.RunFilter{Tenant: "t1", PromptHash: "sha256:" + h1}, []string{"p1", "p2"}},
+		{"not a hash", store.RunFilter{PromptHash: "sha256:" + h1[:12]}, nil},
+		{"other hash", store.RunFilter{Tenant: "t1", PromptHash: h2}, []string{"p1"}},
+		{"unknown hash", store.RunFilter{PromptHash: strings.Repeat("c3", 32)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs, err := s.ListRuns(t.Context(), tc.f)
+			ok(t, "ListRuns", err)
+			if got := runIDs(rs); !slices.Equal(got, tc.want) {
+				t.Errorf("ListRuns(%+v) = %v, want %v", tc.f, got, tc.want)
+			}
+		})
+	}
 }
 
 // runIDs returns the sorted ids of rs (list order is not part of the contract).

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -26,7 +27,22 @@ import (
 
 const secret = "TOP-SECRET-PAYLOAD-7731"
 
-func recordedRun(t *testing.T) (*platform.Platform, []store.Event) {
+const secretTurns = `
+turns:
+  - text: "thinking about ` + secret + `"
+    tool_calls: [{name: echo, args: {text: "` + secret + `"}}]
+  - text: done
+`
+
+func recordedRun(t *testing.T, tel platform.TelemetryOptions) (*platform.Platform, []store.Event) {
+	t.Helper()
+	p := openPlatform(t, tel, secretTurns)
+	return p, execute(t, p)
+}
+
+// openPlatform opens a platform with agent a (tool echo) whose scripted
+// model plays turns.
+func openPlatform(t testing.TB, tel platform.TelemetryOptions, turns string) *platform.Platform {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -37,19 +53,14 @@ providers:
 aliases:
   - {name: m, provider: scripted, model_id: scripted-m, price: {currency: USD, input_per_mtok: 1000000, output_per_mtok: 1000000, cache_write_per_mtok: 0, cache_read_per_mtok: 0}}
 `,
-		"turns.yaml": `
-turns:
-  - text: "thinking about ` + secret + `"
-    tool_calls: [{name: echo, args: {text: "` + secret + `"}}]
-  - text: done
-`,
+		"turns.yaml": turns,
 		"agent.yaml": `
 agent: a
 version: 1
 model: {alias: m}
 instructions: Help.
 tools: [{tool: echo}]
-budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_clock: 1m}
+budgets: {max_steps: 50, max_input_tokens: 10000000, max_cost_usd: 1000, max_wall_clock: 10m}
 `,
 	}
 	for n, b := range files {
@@ -57,7 +68,7 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 			t.Fatal(err)
 		}
 	}
-	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml")})
+	p, err := platform.Open(ctx, platform.Options{DataDir: filepath.Join(dir, "data"), ModelsFile: filepath.Join(dir, "models.yaml"), Telemetry: tel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +87,13 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 	if _, err := p.Registry.Apply(ctx, d); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// execute runs agent a once and returns the run's log.
+func execute(t testing.TB, p *platform.Platform) []store.Event {
+	t.Helper()
+	ctx := context.Background()
 	r, err := p.Runs.Start(ctx, runs.StartRequest{Agent: "a", Task: "task mentioning " + secret, Tenant: "t", User: "u"})
 	if err != nil {
 		t.Fatal(err)
@@ -83,21 +101,22 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 	if _, err := p.Embedded.Execute(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	evs, _ := p.Store.Events(ctx, r.ID, 0, 0)
-	return p, evs
-}
-
-func TestSpansFollowGenAIConventionsWithoutPayloads(t *testing.T) {
-	_, evs := recordedRun(t)
-	exp := tracetest.NewInMemoryExporter()
-	tp := otelexport.NewTracerProvider(exp)
-	n, err := otelexport.Export(context.Background(), tp, evs)
+	evs, err := p.Store.Events(ctx, r.ID, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	spans := exp.GetSpans()
-	if n != 4 || len(spans) != 4 {
-		t.Fatalf("spans = %d (%d reported), want invoke_agent + 2 chat + 1 execute_tool", len(spans), n)
+	return evs
+}
+
+func TestSpansFollowGenAIConventionsWithoutPayloads(t *testing.T) {
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
+	ro, err := otelexport.Derive(context.Background(), evs, func(string) string { return "scripted" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := tracetest.SpanStubsFromReadOnlySpans(ro)
+	if len(spans) != 4 {
+		t.Fatalf("spans = %d, want invoke_agent + 2 chat + 1 execute_tool", len(spans))
 	}
 	ops := map[string]int{}
 	var root, tool tracetest.SpanStub
@@ -127,17 +146,17 @@ func TestSpansFollowGenAIConventionsWithoutPayloads(t *testing.T) {
 		t.Fatalf("tool span %q not under the run span", tool.Name)
 	}
 	// Exporting again gives the same ids.
-	exp2 := tracetest.NewInMemoryExporter()
-	if _, err := otelexport.Export(context.Background(), otelexport.NewTracerProvider(exp2), evs); err != nil {
+	again, err := otelexport.Derive(context.Background(), evs, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if exp2.GetSpans()[0].SpanContext.SpanID() != spans[0].SpanContext.SpanID() {
+	if again[0].SpanContext().SpanID() != spans[0].SpanContext.SpanID() {
 		t.Fatal("span ids are not stable across exports")
 	}
 }
 
 func TestOTLPHTTPExport(t *testing.T) {
-	_, evs := recordedRun(t)
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
 	var posts atomic.Int64
 	var leaked atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -155,15 +174,16 @@ func TestOTLPHTTPExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := otelexport.NewTracerProvider(exp)
-	if _, err := otelexport.Export(context.Background(), tp, evs); err != nil {
+	spans, err := otelexport.Derive(context.Background(), evs, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tp.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
+	sent, failed, err := otelexport.ExportBatches(context.Background(), exp, spans, 2, 5*time.Second)
+	if err != nil || failed != 0 || sent != len(spans) {
+		t.Fatalf("sent %d, failed %d: %v", sent, failed, err)
 	}
-	if posts.Load() == 0 {
-		t.Fatal("no OTLP request reached the collector")
+	if posts.Load() != 2 {
+		t.Fatalf("%d OTLP requests for 4 spans in batches of 2, want 2", posts.Load())
 	}
 	if leaked.Load() {
 		t.Fatal("a payload reached the collector")
@@ -173,39 +193,21 @@ func TestOTLPHTTPExport(t *testing.T) {
 // A sandboxed call's span carries the host's boundary record, never the
 // sandbox's own sidecar claims, and the run span gets the teardown.
 func TestSandboxBoundaryOnToolSpan(t *testing.T) {
-	_, evs := recordedRun(t)
-	var out []store.Event
-	for _, ev := range evs {
-		switch ev.Type {
-		case trace.EvToolResult:
-			var r trace.ToolResult
-			if err := json.Unmarshal(ev.Payload, &r); err != nil {
-				t.Fatal(err)
-			}
-			r.Sandbox = &trace.SandboxInfo{ID: "apg-1", Host: "h1", Executor: "gvisor", Tier: 3, Lifecycle: "warm",
-				ProvisionMS: 3, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
-				StdoutBytes: 100 << 20, StdoutTruncated: true,
-				Egress: []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
-				Claim:  &trace.SandboxClaim{ExecMS: 40, Report: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}}
-			ev.Payload, _ = json.Marshal(r)
-		case trace.EvRunCompleted:
-			td, _ := json.Marshal(trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{{ID: "apg-1", Executor: "gvisor", By: "caller", Uses: 1}}})
-			out = append(out, store.Event{RunID: ev.RunID, Seq: ev.Seq, Type: trace.EvSandboxEnd, Step: ev.Step, At: ev.At, Payload: td})
-			ev.Seq++
-		}
-		out = append(out, ev)
-	}
-	exp := tracetest.NewInMemoryExporter()
-	if _, err := otelexport.Export(context.Background(), otelexport.NewTracerProvider(exp), out); err != nil {
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
+	out := sandboxedLog(t, evs)
+	ro, err := otelexport.Derive(context.Background(), out, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
 		"agentplane.sandbox.id": "apg-1", "agentplane.sandbox.executor": "gvisor", "agentplane.sandbox.outcome": "timeout",
 		"agentplane.sandbox.exit_code": "137", "agentplane.sandbox.provision_ms": "3", "agentplane.sandbox.wall_ms": "55",
 		"agentplane.sandbox.stdout_truncated": "true", "agentplane.sandbox.egress.denied": "1", "agentplane.sandbox.lifecycle": "warm",
+		"agentplane.sandbox.timed_out": "true", "agentplane.sandbox.killed": "true", "agentplane.sandbox.host": "h1",
+		"agentplane.sandbox.bytes_out": "104857600", "agentplane.sandbox.guest_claim.exec_ms": "40",
 	}
 	var teardown bool
-	for _, s := range exp.GetSpans() {
+	for _, s := range tracetest.SpanStubsFromReadOnlySpans(ro) {
 		for _, a := range s.Attributes {
 			if strings.Contains(a.Value.String(), secret) {
 				t.Errorf("span %s attribute %s carries sandbox or payload content", s.Name, a.Key)
@@ -229,4 +231,33 @@ func TestSandboxBoundaryOnToolSpan(t *testing.T) {
 	if !teardown {
 		t.Error("run span has no sandbox teardown event")
 	}
+}
+
+// sandboxedLog is evs with the tool call made in a (simulated) gVisor
+// sandbox that timed out, whose guest claims carry a payload, and a
+// sandbox teardown before the run ended.
+func sandboxedLog(t *testing.T, evs []store.Event) []store.Event {
+	t.Helper()
+	var out []store.Event
+	for _, ev := range evs {
+		switch ev.Type {
+		case trace.EvToolResult:
+			var r trace.ToolResult
+			if err := json.Unmarshal(ev.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			r.Sandbox = &trace.SandboxInfo{ID: "apg-1", Host: "h1", Executor: "gvisor", Tier: 3, Lifecycle: "warm",
+				ProvisionMS: 3, WallMS: 55, Outcome: "timeout", ExitCode: 137, Signal: "SIGKILL",
+				StdoutBytes: 100 << 20, StdoutTruncated: true, BytesIn: 12, Teardown: "destroyed",
+				Egress: []trace.EgressAttempt{{Host: "169.254.169.254", Port: 80, Reason: "metadata"}},
+				Claim:  &trace.SandboxClaim{ExecMS: 40, Report: json.RawMessage(`{"peak_memory_bytes": 1, "note": "` + secret + `"}`)}}
+			ev.Payload, _ = json.Marshal(r)
+		case trace.EvRunCompleted:
+			td, _ := json.Marshal(trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{{ID: "apg-1", Executor: "gvisor", By: "caller", Uses: 1}}})
+			out = append(out, store.Event{RunID: ev.RunID, Seq: ev.Seq, Type: trace.EvSandboxEnd, Step: ev.Step, At: ev.At, Payload: td})
+			ev.Seq++
+		}
+		out = append(out, ev)
+	}
+	return out
 }
