@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/render"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )

@@ -261,7 +261,7 @@ var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
 	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
-		Sandbox:   platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions(),
+		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions(),
 		Telemetry: platform.TelemetryOptions{OTLP: cm.otlp}}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
