@@ -128,9 +128,8 @@ type Server struct {
 	hub    *hub
 	hooks  *dispatcher
 
-	// admits serialises admission per tenant (check quotas, then create);
-	// decides serialises approval decisions per run.
-	admits, decides stripes
+	// admits serialises admission per tenant (check quotas, then create).
+	admits stripes
 
 	stopOnce sync.Once
 	ctx      context.Context

@@ -37,6 +37,8 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 # Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
+. scripts/setup-postgres.sh; trap pg_stop_test_cluster EXIT # PostgreSQL on loopback: AGENTPLANE_TEST_POSTGRES
+export AGENTPLANE_TEST_STRICT=1
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

@@ -272,17 +272,24 @@ type ToolStore interface {
 // decision). The engine records a signal in the run's log when the loop
 // consumes it, in the order consumed.
 type Signal struct {
-	ID        int64
-	RunID     string
-	Kind      string
-	Payload   []byte
+	ID      int64
+	RunID   string
+	Kind    string
+	Payload []byte
+	// Key, when set, makes the signal unique for its run: a second signal
+	// to the same run with the same key is refused with ErrConflict,
+	// whether or not the first was consumed. A decision on an approval is
+	// sent keyed by the approval, so the database lets the first decision
+	// win however many processes receive one.
+	Key       string
 	CreatedAt time.Time
 	Consumed  bool
 }
 
 // SignalStore persists pending signals.
 type SignalStore interface {
-	// SendSignal stores a signal and makes a waiting run runnable.
+	// SendSignal stores a signal and makes a waiting run runnable. A
+	// signal whose Key the run already has is ErrConflict.
 	SendSignal(ctx context.Context, s *Signal) error
 	PendingSignals(ctx context.Context, runID string) ([]*Signal, error)
 	MarkSignalConsumed(ctx context.Context, id int64) error

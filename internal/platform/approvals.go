@@ -161,7 +161,21 @@ func (p *Platform) DecideApproval(ctx context.Context, d DecideRequest) error {
 	if err != nil {
 		return err
 	}
-	return p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalApproval, Payload: payload})
+	// Keyed by the request, the decision is stored at most once: of
+	// decisions racing through any number of processes, the database keeps
+	// the first and refuses the others, whether or not the run has read it.
+	err = p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalApproval, Payload: payload,
+		Key: approvalKey(req)})
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("approval %s: %w: a decision on it is already on its way to the run", d.ApprovalID, ErrApprovalNotPending)
+	}
+	return err
+}
+
+// approvalKey names one approval request among a run's signals: its id and
+// the hash of the arguments it asked about.
+func approvalKey(q *trace.ApprovalRequested) string {
+	return "approval:" + q.ApprovalID + ":" + q.ArgsHash
 }
 
 // StaticDirectory is a fixed tenant -> user -> groups map (demo and tests).
