@@ -30,9 +30,15 @@ import (
 //	    audience: agentplane
 //	    tenant: example-bank         # or tenant_claim: tenant
 //	    user_claim: email            # default sub
+//	store: postgres://agentplane@db.internal/agentplane  # default: the embedded SQLite store
 type Config struct {
 	Tenants map[string]TenantConfig `yaml:"tenants" json:"tenants"`
 	Issuers []IssuerConfig          `yaml:"issuers" json:"issuers"`
+	// Store is the run store every process of the deployment shares: a
+	// postgres:// URL (keep its password in PGPASSWORD or ~/.pgpass, not
+	// here), or empty for the embedded SQLite store in the data directory.
+	// The --store flag overrides it.
+	Store string `yaml:"store" json:"store"`
 }
 
 // TenantConfig holds one tenant's limits.

@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -415,6 +416,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		qe.write(w)
 	case errors.As(err, &he):
 		writeError(w, he.status, he.code, he.msg)
+	case errors.Is(err, store.ErrUnavailable):
+		// Never a 4xx, and never the driver's words: the client retries.
+		s.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(storeRetryAfter))
+		writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the run store is unavailable; retry after the time in Retry-After")
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", "not found")
 	case errors.Is(err, store.ErrConflict):
@@ -430,6 +436,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
 }
+
+// storeRetryAfter is the Retry-After, in seconds, of a 503 answered
+// because the store is unavailable.
+const storeRetryAfter = 2
 
 // maxBody bounds request bodies (an agent definition is at most 1 MiB).
 const maxBody = 2 << 20

@@ -5,7 +5,8 @@
 // must pass.
 //
 // All methods take a context first, are safe for concurrent use, and return
-// ErrNotFound, ErrConflict, ErrLeaseLost or ErrCorrupt (possibly wrapped) for
+// ErrNotFound, ErrConflict, ErrLeaseLost, ErrCorrupt or ErrUnavailable
+// (possibly wrapped) for
 // the conditions those names describe.
 package store
 
@@ -25,6 +26,10 @@ var (
 	// ErrCorrupt means stored content no longer matches the hash it is
 	// stored under (damaged or tampered with).
 	ErrCorrupt = errors.New("stored content does not match its hash")
+	// ErrUnavailable means the database cannot answer now (unreachable,
+	// its connections exhausted, locked, or out of disk) and the same call
+	// may succeed later. The API answers it with 503 and Retry-After.
+	ErrUnavailable = errors.New("store unavailable: try again later")
 )
 
 // Run statuses.

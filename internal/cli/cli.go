@@ -151,6 +151,7 @@ type command struct {
 // common holds flags every command shares.
 type common struct {
 	data     string
+	store    string
 	models   string
 	verbose  bool
 	leaseTTL time.Duration
@@ -168,6 +169,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		def = ".agentplane"
 	}
 	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
+	fs.StringVar(&cm.store, "store", os.Getenv("AGENTPLANE_STORE"), "run store: postgres://USER@HOST:PORT/DB shared by many processes (password from PGPASSWORD or ~/.pgpass), or empty for the embedded SQLite store in DATA (env AGENTPLANE_STORE; default the store key of DATA/api.yaml)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
 	cm.leaseTTL = 15 * time.Second
 	if executesRuns[name] || strings.HasPrefix(name, "models") {
@@ -252,7 +254,14 @@ func exitStatus(name string) string {
 var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
-	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
+	if cm.store == "" {
+		cfg, err := loadAPIConfig("", cm.data)
+		if err != nil {
+			return nil, err
+		}
+		cm.store = cfg.Store
+	}
+	o := platform.Options{DataDir: cm.data, Store: cm.store, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
 		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))
