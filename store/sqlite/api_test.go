@@ -2,7 +2,13 @@ package sqlite
 
 import (
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/agentplane/agentplane/store"
 
 	"github.com/agentplane/agentplane/store/storetest"
 )
@@ -25,4 +31,58 @@ func TestProcesses(t *testing.T) {
 		})
 		return a, b
 	})
+}
+
+// TestRefusesNewerSchema: a data directory written by a newer agentplane
+// is refused at Open, saying what to do.
+func TestRefusesNewerSchema(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	if _, err := s.w.Exec("PRAGMA user_version = 999"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err := Open(t.Context(), Options{Dir: dir})
+	if !errors.Is(err, ErrSchemaNewer) || !strings.Contains(err.Error(), "999") || !strings.Contains(err.Error(), "newer agentplane") {
+		t.Fatalf("Open on a newer schema: %v, want ErrSchemaNewer naming version 999 and what to do", err)
+	}
+}
+
+// TestRefusesDamagedDatabase: a database whose pages were overwritten fails
+// the integrity check, and Open refuses to serve from it.
+func TestRefusesDamagedDatabase(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	for i := range 200 {
+		storetestRun(t, s, fmt.Sprintf("run-%03d", i))
+	}
+	s.Close()
+	path := filepath.Join(dir, "agentplane.db")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const page = 4096
+	if len(data) < 6*page {
+		t.Fatalf("database is only %d bytes", len(data))
+	}
+	// Scribble over pages 3 to 5 (the header and schema page stay intact).
+	for i := 2 * page; i < 5*page; i++ {
+		data[i] = byte(i * 7)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(t.Context(), Options{Dir: dir})
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), "backup") {
+		t.Fatalf("Open on a damaged database: %v, want ErrDamaged saying to restore a backup", err)
+	}
+}
+
+func storetestRun(t *testing.T, s *Store, id string) {
+	t.Helper()
+	if err := s.CreateRun(t.Context(), &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1,
+		Task: strings.Repeat("x", 200), Mode: "async"}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -145,16 +145,58 @@ func (s *Store) closeDBs() error {
 	return errors.Join(s.w.Close(), s.r.Close())
 }
 
+// ErrSchemaNewer is returned by Open for a database written by a newer
+// agentplane than this one.
+var ErrSchemaNewer = errors.New("database schema is newer than this agentplane knows")
+
+// ErrDamaged is returned by Open for a database that fails SQLite's
+// integrity check.
+var ErrDamaged = errors.New("database is damaged")
+
+// checkIntegrity runs SQLite's quick_check, so that a process never serves
+// from a damaged file: it refuses to start and says what was found.
+func (s *Store) checkIntegrity(ctx context.Context) error {
+	rows, err := s.w.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		return fmt.Errorf("sqlite store %s: %w: %v; restore agentplane.db from a backup", s.dir, ErrDamaged, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("sqlite store %s: %w: %v; restore agentplane.db from a backup", s.dir, ErrDamaged, err)
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("sqlite store %s: %w (integrity check: %s); restore agentplane.db from a backup", s.dir, ErrDamaged, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
 func (s *Store) migrate(ctx context.Context) error {
+	if err := s.checkIntegrity(ctx); err != nil {
+		return err
+	}
 	var ver int
 	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
-		return fmt.Errorf("sqlite store: read schema version: %w", err)
+		return fmt.Errorf("sqlite store %s: read schema version: %w: %v", s.dir, ErrDamaged, err)
 	}
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
+	if ver > len(names) {
+		return fmt.Errorf("sqlite store %s: %w: the database is at version %d, this binary knows up to %d; run a newer agentplane, or use another data directory",
+			s.dir, ErrSchemaNewer, ver, len(names))
+	}
 	for i, name := range names {
 		n := i + 1
 		if n <= ver {
