@@ -201,14 +201,14 @@ var usageLines = map[string]string{
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--json] | runs RUN|last [--json]",
-	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
+	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--store postgres://...] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"trace":        "agentplane trace [verify] RUN|last [--full] [--json] | trace export RUN [RUN...] --otlp URL",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
 	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",
 	"users secret": "agentplane users secret set TENANT CONNECTOR (--random | value on stdin) | list TENANT | delete TENANT CONNECTOR",
-	"worker":       "agentplane worker [--until-idle] [--concurrency N]",
+	"worker":       "agentplane worker [--until-idle] [--concurrency N] [--store postgres://...]",
 }
 
 // setUsage makes -h print the command's synopsis, then its flags.

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,30 +10,23 @@ import (
 	"github.com/agentplane/agentplane/store/postgres/pgtest"
 )
 
-func runCLI(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := Main(context.Background(), args, &out, &errb)
-	return out.String(), errb.String(), code
-}
-
 // TestStoreFlagAndConfig: --store names a PostgreSQL database, so does the
 // store key of DATA/api.yaml, and an unreachable one fails the command
 // without printing the DSN's password.
 func TestStoreFlagAndConfig(t *testing.T) {
-	_, stderr, code := runCLI(t, "runs", "--data", t.TempDir(),
+	code, _, stderr := runCLI(t, "runs", "--data", t.TempDir(),
 		"--store", "postgres://agent:s3cr3t-pw@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
 	if code != 1 || !strings.Contains(stderr, "unavailable") || strings.Contains(stderr, "s3cr3t-pw") {
 		t.Fatalf("unreachable store: exit %d, stderr %q; want 1, unavailable, no password", code, stderr)
 	}
-	_, stderr, code = runCLI(t, "runs", "--data", t.TempDir(), "--store", "mysql://x")
+	code, _, stderr = runCLI(t, "runs", "--data", t.TempDir(), "--store", "mysql://x")
 	if code != 1 || !strings.Contains(stderr, "postgres://") {
 		t.Fatalf("unknown store: exit %d, stderr %q; want 1 naming what is accepted", code, stderr)
 	}
 
 	dsn := pgtest.DSN(t)
 	data := t.TempDir()
-	if out, stderr, code := runCLI(t, "apikey", "create", "--data", data, "--store", dsn, "--tenant", "acme", "--user", "ann"); code != 0 {
+	if code, out, stderr := runCLI(t, "apikey", "create", "--data", data, "--store", dsn, "--tenant", "acme", "--user", "ann"); code != 0 {
 		t.Fatalf("apikey create --store: exit %d\n%s%s", code, out, stderr)
 	}
 	// The config-file form: DATA/api.yaml names the store.
@@ -43,7 +34,7 @@ func TestStoreFlagAndConfig(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data2, "api.yaml"), []byte("store: "+dsn+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out, stderr, code := runCLI(t, "apikey", "create", "--data", data2, "--tenant", "acme", "--user", "bob"); code != 0 {
+	if code, out, stderr := runCLI(t, "apikey", "create", "--data", data2, "--tenant", "acme", "--user", "bob"); code != 0 {
 		t.Fatalf("apikey create with store in api.yaml: exit %d\n%s%s", code, out, stderr)
 	}
 	s, err := postgres.Open(t.Context(), postgres.Options{DSN: dsn})
