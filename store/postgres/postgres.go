@@ -47,7 +47,9 @@ type Options struct {
 	// DSN is a postgres:// URL. Its password is never printed: errors and
 	// logs show Redact(DSN).
 	DSN string
-	// MaxConns bounds the pool (default: pgxpool's, 4 or the CPU count).
+	// MaxConns bounds the pool (default: the DSN's pool_max_conns, else
+	// 20: a serve process's workers, its API handlers and its webhook
+	// dispatcher each hold one connection at a time).
 	MaxConns int32
 	Logger   *slog.Logger
 }
@@ -82,8 +84,11 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		// The parse error can quote the DSN, password and all.
 		return nil, fmt.Errorf("postgres store: %s is not a valid postgres:// URL", Redact(o.DSN))
 	}
-	if o.MaxConns > 0 {
+	switch {
+	case o.MaxConns > 0:
 		cfg.MaxConns = o.MaxConns
+	case !strings.Contains(o.DSN, "pool_max_conns="):
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -100,6 +105,8 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	return s, nil
 }
+
+const defaultMaxConns = 20
 
 // Close closes the pool; calls in flight fail with store.ErrUnavailable.
 func (s *Store) Close() error {

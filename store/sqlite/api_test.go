@@ -1,12 +1,14 @@
 package sqlite
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentplane/agentplane/store"
 
@@ -84,5 +86,37 @@ func storetestRun(t *testing.T, s *Store, id string) {
 	if err := s.CreateRun(t.Context(), &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1,
 		Task: strings.Repeat("x", 200), Mode: "async"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLockedIsUnavailable: while another process holds the write lock past
+// the busy timeout, a write fails with store.ErrUnavailable (the API's 503),
+// and succeeds once the lock is gone.
+func TestLockedIsUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	s := openWith(t, Options{Dir: dir, BusyTimeout: 200 * time.Millisecond})
+	defer s.Close()
+	other, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "agentplane.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	run := &store.Run{ID: "r", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x", Mode: "async"}
+	if err := s.CreateRun(t.Context(), run); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("CreateRun while another process holds the lock: %v, want ErrUnavailable", err)
+	}
+	if _, err := conn.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if err := s.CreateRun(t.Context(), run); err != nil {
+		t.Fatalf("CreateRun after the lock is gone: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ func (s *Store) PutAgentVersion(ctx context.Context, v *store.AgentVersion) (boo
 		v.Name, v.Version, v.Spec, v.SpecHash[:], micros(v.CreatedAt)); err != nil {
 		return false, err
 	}
-	return true, tx.Commit()
+	return true, classify(tx.Commit())
 }
 
 const agentCols = "name, version, spec, spec_hash, created_at, retired_at"
@@ -179,7 +179,7 @@ func (s *Store) PutTool(ctx context.Context, t *store.ToolRecord) error {
 		t.Name, t.Hash[:]); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return classify(tx.Commit())
 }
 
 func scanTool(sc scanner) (*store.ToolRecord, error) {
