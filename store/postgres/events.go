@@ -32,18 +32,68 @@ func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
 		return nil
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		if !req.Durable {
-			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-				return err
-			}
-		}
 		return appendOne(ctx, tx, &req)
 	})
 }
 
+// appendOne sends the whole append as one batch (one round trip inside
+// the transaction): it locks the run's row and reads its head, then
+// writes the events, consumes the signals and updates the run, each
+// write conditioned on the epoch and head the caller expects. The head
+// read decides the error; on any error the transaction is rolled back, so
+// nothing of a refused append remains.
 func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
+	first := int64(0)
+	if len(req.Events) > 0 {
+		first = req.Events[0].Seq
+		for i := range req.Events {
+			if req.Events[i].Seq != first+int64(i) {
+				return fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, req.Events[i].Seq, first+int64(i)-1, store.ErrConflict)
+			}
+		}
+	}
+	b := &pgx.Batch{}
+	if !req.Durable {
+		b.Queue("SET LOCAL synchronous_commit = off")
+	}
+	b.Queue("SELECT last_seq, lease_epoch FROM runs WHERE id = $1 FOR UPDATE", req.RunID)
+	// $1 run, $2 epoch, $3 the head the events follow (-1: any head).
+	const fenced = "EXISTS (SELECT 1 FROM runs WHERE id = $1 AND lease_epoch = $2 AND ($3::bigint < 0 OR last_seq = $3::bigint))"
+	head := int64(-1)
+	if len(req.Events) > 0 {
+		head = first - 1
+		q := "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) SELECT v.* FROM (VALUES "
+		args := []any{req.RunID, req.Epoch, head}
+		for i := range req.Events {
+			ev := &req.Events[i]
+			if i > 0 {
+				q += ", "
+			}
+			n := len(args)
+			q += fmt.Sprintf("($1::text, $%d::bigint, $%d::text, $%d::integer, $%d::bigint, $%d::bytea, $%d::bytea, $%d::bytea)",
+				n+1, n+2, n+3, n+4, n+5, n+6, n+7)
+			args = append(args, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:])
+		}
+		b.Queue(q+") AS v WHERE "+fenced, args...)
+	}
+	for _, id := range req.ConsumeSignals {
+		b.Queue("UPDATE signals SET consumed = true WHERE id = $4 AND run_id = $1 AND NOT consumed AND "+fenced,
+			req.RunID, req.Epoch, head, id)
+	}
+	last := head + int64(len(req.Events))
+	set, uargs := runUpdateSQL(req.Update, 5)
+	b.Queue("UPDATE runs SET last_seq = CASE WHEN $4::bigint < 0 THEN last_seq ELSE $4::bigint END"+set+" WHERE id = $1 AND "+fenced,
+		append([]any{req.RunID, req.Epoch, head, last}, uargs...)...)
+
+	res := tx.SendBatch(ctx, b)
+	defer res.Close()
+	if !req.Durable {
+		if _, err := res.Exec(); err != nil {
+			return err
+		}
+	}
 	var lastSeq, epoch int64
-	err := tx.QueryRow(ctx, "SELECT last_seq, lease_epoch FROM runs WHERE id = $1 FOR UPDATE", req.RunID).Scan(&lastSeq, &epoch)
+	err := res.QueryRow().Scan(&lastSeq, &epoch)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("append to run %s: %w", req.RunID, store.ErrNotFound)
 	}
@@ -53,28 +103,16 @@ func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 	if epoch != req.Epoch {
 		return fmt.Errorf("append to run %s (epoch %d, current %d): %w", req.RunID, req.Epoch, epoch, store.ErrLeaseLost)
 	}
+	if head >= 0 && lastSeq != head {
+		return fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, first, lastSeq, store.ErrConflict)
+	}
 	if len(req.Events) > 0 {
-		rows := make([][]any, len(req.Events))
-		for i := range req.Events {
-			ev := &req.Events[i]
-			if ev.Seq != lastSeq+1 {
-				return fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, ev.Seq, lastSeq, store.ErrConflict)
-			}
-			rows[i] = []any{ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]}
-			lastSeq = ev.Seq
-		}
-		if len(rows) == 1 {
-			if _, err := tx.Exec(ctx, "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES ($1,$2,$3,$4,$5,$6,$7,$8)",
-				rows[0]...); err != nil {
-				return fmt.Errorf("append to run %s: %w", req.RunID, err)
-			}
-		} else if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"},
-			[]string{"run_id", "seq", "type", "step", "at", "payload", "prev_hash", "hash"}, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := res.Exec(); err != nil {
 			return fmt.Errorf("append to run %s: %w", req.RunID, err)
 		}
 	}
 	for _, id := range req.ConsumeSignals {
-		tag, err := tx.Exec(ctx, "UPDATE signals SET consumed = true WHERE id = $1 AND run_id = $2 AND NOT consumed", id, req.RunID)
+		tag, err := res.Exec()
 		if err != nil {
 			return err
 		}
@@ -82,9 +120,10 @@ func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 			return fmt.Errorf("append to run %s: signal %d already consumed: %w", req.RunID, id, store.ErrConflict)
 		}
 	}
-	set, args := runUpdateSQL(req.Update, 3)
-	_, err = tx.Exec(ctx, "UPDATE runs SET last_seq = $1"+set+" WHERE id = $2", append([]any{lastSeq, req.RunID}, args...)...)
-	return err
+	if _, err := res.Exec(); err != nil {
+		return err
+	}
+	return res.Close()
 }
 
 // runUpdateSQL renders u's SET fragments (each starting with a comma),
