@@ -61,29 +61,29 @@ func approvalsIn(run *store.Run, evs []store.Event) []Approval {
 
 // approvalOf finds the caller's approval and its run; another tenant's is
 // not found, and so is an id that does not parse.
-func (s *Server) approvalOf(r *http.Request, p *Principal, id string) (*store.Run, []store.Event, *Approval, error) {
+func (s *Server) approvalOf(r *http.Request, p *Principal, id string) (*store.Run, *Approval, error) {
 	runID, _, _, err := trace.ParseApprovalID(id)
 	if err != nil {
-		return nil, nil, nil, notFound("approval")
+		return nil, nil, notFound("approval")
 	}
 	run, err := s.runOf(r.Context(), p, runID)
 	if err != nil {
-		return nil, nil, nil, notFound("approval")
+		return nil, nil, notFound("approval")
 	}
 	evs, err := s.st.Events(r.Context(), run.ID, 0, 0)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	for _, a := range approvalsIn(run, evs) {
 		if a.ID == id {
-			return run, evs, &a, nil
+			return run, &a, nil
 		}
 	}
-	return nil, nil, nil, notFound("approval")
+	return nil, nil, notFound("approval")
 }
 
 func handleGetApproval(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
-	_, _, a, err := s.approvalOf(r, p, params["approval_id"])
+	_, a, err := s.approvalOf(r, p, params["approval_id"])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -178,13 +178,11 @@ func handleDecide(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		return
 	}
 	id := params["approval_id"]
-	run, evs, a, err := s.approvalOf(r, p, id)
+	run, a, err := s.approvalOf(r, p, id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	unlock := s.decides.lock(run.ID)
-	defer unlock()
 	if a.Status != "pending" {
 		s.fail(w, r, &httpError{http.StatusConflict, "approval_not_pending", "approval " + id + " is " + a.Status})
 		return
@@ -193,50 +191,10 @@ func handleDecide(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, &httpError{http.StatusConflict, "approval_expired", "approval " + id + " expired at " + a.ExpiresAt.Format(time.RFC3339)})
 		return
 	}
-	queued, err := s.decisionQueued(r, run.ID, evs, a)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if queued {
-		s.fail(w, r, &httpError{http.StatusConflict, "approval_not_pending", "a decision on approval " + id + " is already on its way to the run"})
-		return
-	}
 	if err := s.p.Runs.Decide(r.Context(), runs.DecideRequest{ApprovalID: id, Tenant: p.Tenant, Decider: p.User,
 		Decision: req.Decision, Args: req.Args, Comment: req.Comment}); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, DecisionAccepted{ApprovalID: id, RunID: run.ID, Decision: req.Decision, Decider: p.User})
-}
-
-// decisionQueued reports whether a decision on approval id is stored and
-// not yet acted on: a pending signal, or one the log records without the
-// approval_decided that follows it.
-func (s *Server) decisionQueued(r *http.Request, runID string, evs []store.Event, ap *Approval) (bool, error) {
-	names := func(kind string, payload []byte) bool {
-		if kind != trace.SignalApproval {
-			return false
-		}
-		var a trace.ApprovalSignal
-		return json.Unmarshal(payload, &a) == nil && a.ApprovalID == ap.ID && a.ArgsHash == ap.ArgsHash
-	}
-	for i := range evs {
-		if evs[i].Type == trace.EvSignal {
-			var sg trace.Signal
-			if json.Unmarshal(evs[i].Payload, &sg) == nil && names(sg.Kind, sg.Payload) {
-				return true, nil
-			}
-		}
-	}
-	sigs, err := s.st.PendingSignals(r.Context(), runID)
-	if err != nil {
-		return false, err
-	}
-	for _, sg := range sigs {
-		if names(sg.Kind, sg.Payload) {
-			return true, nil
-		}
-	}
-	return false, nil
 }

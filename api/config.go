@@ -30,12 +30,18 @@ import (
 //	    audience: agentplane
 //	    tenant: example-bank         # or tenant_claim: tenant
 //	    user_claim: email            # default sub
+//	store: postgres://agentplane@db.internal/agentplane  # default: the embedded SQLite store
 type Config struct {
 	Tenants map[string]TenantConfig `yaml:"tenants" json:"tenants"`
 	Issuers []IssuerConfig          `yaml:"issuers" json:"issuers"`
 	// CORSOrigins are other origins (scheme://host[:port]) whose pages may
 	// call the API with credentials; none, the default, turns CORS off.
 	CORSOrigins []string `yaml:"cors_origins" json:"cors_origins"`
+	// Store is the run store every process of the deployment shares: a
+	// postgres:// URL (keep its password in PGPASSWORD or ~/.pgpass, not
+	// here), or empty for the embedded SQLite store in the data directory.
+	// The --store flag overrides it.
+	Store string `yaml:"store" json:"store"`
 }
 
 // TenantConfig holds one tenant's limits.

@@ -50,7 +50,15 @@ type fixtureOptions struct {
 // newFixture starts the demo API (see apitest.Start).
 func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	t.Helper()
-	s := apitest.Start(t, apitest.Options{Config: fo.config, API: fo.apiOptions, Platform: fo.platform, ModelLatency: fo.modelLatency})
+	return fixtureOf(t, apitest.Start(t, fo.apitest()))
+}
+
+func (fo fixtureOptions) apitest() apitest.Options {
+	return apitest.Options{Config: fo.config, API: fo.apiOptions, Platform: fo.platform, ModelLatency: fo.modelLatency}
+}
+
+// fixtureOf drives a started demo API.
+func fixtureOf(t testing.TB, s *apitest.Server) *fixture {
 	return &fixture{t: t, dir: s.Dir, p: s.Platform, srv: s.API, http: s.HTTP, clock: s.Clock, keys: s.Keys}
 }
 

@@ -185,6 +185,13 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		return nil, false, err
 	}
 	run, err := s.p.Runs.Start(ctx, sr)
+	if err != nil && key != "" && errors.Is(err, store.ErrConflict) {
+		// Another process read the same reservation and created its run
+		// first: that run is this request's answer, and the key stays bound.
+		if run, gerr := s.st.GetRun(ctx, sr.ID); gerr == nil {
+			return run, true, nil
+		}
+	}
 	if err != nil {
 		release()
 		var ua *agent.UnknownAliasError

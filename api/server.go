@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -152,9 +153,8 @@ type Server struct {
 	// corsOrigins are the origins CORS answers (Options and config).
 	corsOrigins []string
 
-	// admits serialises admission per tenant (check quotas, then create);
-	// decides serialises approval decisions per run.
-	admits, decides stripes
+	// admits serialises admission per tenant (check quotas, then create).
+	admits stripes
 
 	stopOnce sync.Once
 	ctx      context.Context
@@ -395,6 +395,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var err error
 		p, err = s.authenticate(r)
 		if err != nil {
+			if errors.Is(err, store.ErrUnavailable) {
+				// The key could not be looked up: not the client's fault.
+				s.log.Warn("authenticate: store unavailable", "err", err)
+				writeUnavailable(w)
+				return
+			}
 			if !errors.Is(err, errUnauthenticated) {
 				s.log.Warn("authenticate", "err", err)
 			}
@@ -486,6 +492,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		qe.write(w)
 	case errors.As(err, &he):
 		writeError(w, he.status, he.code, he.msg)
+	case errors.Is(err, store.ErrUnavailable):
+		// Never a 4xx, and never the driver's words: the client retries.
+		s.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeUnavailable(w)
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", "not found")
 	case errors.Is(err, store.ErrConflict):
@@ -500,6 +510,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeError(w, http.StatusInternalServerError, "internal", "internal error")
 	}
+}
+
+// storeRetryAfter is the Retry-After, in seconds, of a 503 answered
+// because the store is unavailable.
+const storeRetryAfter = 2
+
+// writeUnavailable answers a request the store could not serve: 503 with
+// Retry-After and a message that says nothing of the driver.
+func writeUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(storeRetryAfter))
+	writeError(w, http.StatusServiceUnavailable, "store_unavailable", "the run store is unavailable; retry after the time in Retry-After")
 }
 
 // maxBody bounds request bodies (an agent definition is at most 1 MiB).

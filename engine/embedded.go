@@ -166,7 +166,7 @@ func (e *Embedded) Signal(ctx context.Context, runID string, s Signal) error {
 	if !json.Valid(s.Payload) {
 		return fmt.Errorf("signal run %s: the payload is not JSON", runID)
 	}
-	return e.send(ctx, runID, s.Kind, s.Payload)
+	return e.send(ctx, runID, s.Kind, s.Payload, s.Key)
 }
 
 // Cancel implements Engine.
@@ -178,11 +178,15 @@ func (e *Embedded) Cancel(ctx context.Context, runID string, c Cancel) error {
 	if err != nil {
 		return err
 	}
-	return e.send(ctx, runID, trace.SignalCancel, payload)
+	return e.send(ctx, runID, trace.SignalCancel, payload, "")
 }
 
-func (e *Embedded) send(ctx context.Context, runID, kind string, payload []byte) error {
-	if err := e.o.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: kind, Payload: payload, CreatedAt: e.now()}); err != nil {
+func (e *Embedded) send(ctx context.Context, runID, kind string, payload []byte, key string) error {
+	err := e.o.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: kind, Payload: payload, Key: key, CreatedAt: e.now()})
+	if key != "" && errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("signal run %s: %w (%s)", runID, ErrDuplicateSignal, key)
+	}
+	if err != nil {
 		return fmt.Errorf("signal run %s: %w", runID, err)
 	}
 	return nil

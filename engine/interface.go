@@ -104,7 +104,16 @@ type Signal struct {
 	Kind string
 	// Payload is the signal's JSON, recorded in the run's log as it is.
 	Payload []byte
+	// Key, when set, names the signal among the run's signals: of signals
+	// with one key, sent through any number of processes, the engine keeps
+	// the first and refuses the others with ErrDuplicateSignal (an approval
+	// decision is keyed by its request, so it is decided once).
+	Key string
 }
+
+// ErrDuplicateSignal is Signal's answer to a signal whose Key the run
+// already received.
+var ErrDuplicateSignal = errors.New("a signal with this key was already sent to the run")
 
 // Cancel is a request to stop a run.
 type Cancel struct {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -72,7 +73,7 @@ func bigBlobPath(t *testing.T, f *fixture, runID string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.p.Store.BlobPath(sum)
+	return f.p.Store.(*sqlite.Store).BlobPath(sum) // the fixture's store is the embedded one
 }
 
 func openDB(t *testing.T, f *fixture) *sql.DB {

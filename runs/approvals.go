@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -143,5 +144,18 @@ func (s *Service) Decide(ctx context.Context, d DecideRequest) error {
 	if err != nil {
 		return err
 	}
-	return s.o.Engine.Signal(ctx, runID, engine.Signal{Kind: trace.SignalApproval, Payload: payload})
+	// Keyed by the request, the decision is stored at most once: of
+	// decisions racing through any number of processes, the engine keeps
+	// the first and refuses the others, whether or not the run has read it.
+	err = s.o.Engine.Signal(ctx, runID, engine.Signal{Kind: trace.SignalApproval, Payload: payload, Key: approvalKey(req)})
+	if errors.Is(err, engine.ErrDuplicateSignal) {
+		return fmt.Errorf("approval %s: %w: a decision on it is already on its way to the run", d.ApprovalID, ErrApprovalNotPending)
+	}
+	return err
+}
+
+// approvalKey names one approval request among a run's signals: its id and
+// the hash of the arguments it asked about.
+func approvalKey(q *trace.ApprovalRequested) string {
+	return "approval:" + q.ApprovalID + ":" + q.ArgsHash
 }

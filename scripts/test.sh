@@ -40,6 +40,7 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 . scripts/setup-mcp.sh
 . scripts/setup-chromium.sh # the run viewer's browser tests (web/); exports AGENTPLANE_CHROMIUM
 . scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
+. scripts/setup-postgres.sh; trap pg_stop_test_cluster EXIT # PostgreSQL on loopback: AGENTPLANE_TEST_POSTGRES
 # A test whose external dependency is missing fails instead of skipping.
 export AGENTPLANE_TEST_STRICT=1
 

@@ -5,7 +5,8 @@
 // must pass.
 //
 // All methods take a context first, are safe for concurrent use, and return
-// ErrNotFound, ErrConflict, ErrLeaseLost or ErrCorrupt (possibly wrapped) for
+// ErrNotFound, ErrConflict, ErrLeaseLost, ErrCorrupt or ErrUnavailable
+// (possibly wrapped) for
 // the conditions those names describe.
 package store
 
@@ -25,6 +26,10 @@ var (
 	// ErrCorrupt means stored content no longer matches the hash it is
 	// stored under (damaged or tampered with).
 	ErrCorrupt = errors.New("stored content does not match its hash")
+	// ErrUnavailable means the database cannot answer now (unreachable,
+	// its connections exhausted, locked, or out of disk) and the same call
+	// may succeed later. The API answers it with 503 and Retry-After.
+	ErrUnavailable = errors.New("store unavailable: try again later")
 )
 
 // Run statuses.
@@ -307,17 +312,24 @@ type ToolStore interface {
 // decision). The engine records a signal in the run's log when the loop
 // consumes it, in the order consumed.
 type Signal struct {
-	ID        int64
-	RunID     string
-	Kind      string
-	Payload   []byte
+	ID      int64
+	RunID   string
+	Kind    string
+	Payload []byte
+	// Key, when set, makes the signal unique for its run: a second signal
+	// to the same run with the same key is refused with ErrConflict,
+	// whether or not the first was consumed. A decision on an approval is
+	// sent keyed by the approval, so the database lets the first decision
+	// win however many processes receive one.
+	Key       string
 	CreatedAt time.Time
 	Consumed  bool
 }
 
 // SignalStore persists pending signals.
 type SignalStore interface {
-	// SendSignal stores a signal and makes a waiting run runnable.
+	// SendSignal stores a signal and makes a waiting run runnable. A
+	// signal whose Key the run already has is ErrConflict.
 	SendSignal(ctx context.Context, s *Signal) error
 	PendingSignals(ctx context.Context, runID string) ([]*Signal, error)
 	MarkSignalConsumed(ctx context.Context, id int64) error

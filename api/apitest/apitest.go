@@ -174,6 +174,28 @@ func Start(t testing.TB, o Options) *Server {
 	if err := WriteDemoFiles(s.Dir); err != nil {
 		t.Fatal(err)
 	}
+	s.start(t, o, true)
+	for _, u := range Users {
+		s.Keys[u.User] = s.NewKey(t, u.Tenant, u.User, nil)
+	}
+	return s
+}
+
+// Join starts another API process on first's data directory, as a second
+// agentplane serve would: its own store handle (the same database, or the
+// same PostgreSQL when o names one), its own workers and its own HTTP
+// server, sharing first's clock and API keys.
+func Join(t testing.TB, first *Server, o Options) *Server {
+	t.Helper()
+	s := &Server{Dir: first.Dir, Clock: first.Clock, Keys: first.Keys}
+	s.start(t, o, false)
+	return s
+}
+
+// start opens the platform on s.Dir (setting the demo up in it when setup
+// is set) and starts the API and its HTTP server.
+func (s *Server) start(t testing.TB, o Options, setup bool) {
+	t.Helper()
 	ctx := context.Background()
 	po := platform.Options{DataDir: s.Dir, ModelsFile: ModelsFile(s.Dir), Clock: s.Clock.Now}
 	if o.ModelLatency > 0 {
@@ -208,8 +230,10 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	s.Platform = p
 	t.Cleanup(func() { p.Close() })
-	if err := SetupDemo(ctx, p, s.Dir); err != nil {
-		t.Fatal(err)
+	if setup {
+		if err := SetupDemo(ctx, p, s.Dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var cfg *api.Config
 	if o.Config != "" {
@@ -249,10 +273,6 @@ func Start(t testing.TB, o Options) *Server {
 		cancel()
 		s.API.Stop()
 	})
-	for _, u := range Users {
-		s.Keys[u.User] = s.NewKey(t, u.Tenant, u.User, nil)
-	}
-	return s
 }
 
 // NewKey stores an API key and returns its token.

@@ -155,6 +155,7 @@ type command struct {
 // common holds flags every command shares.
 type common struct {
 	data     string
+	store    string
 	models   string
 	verbose  bool
 	leaseTTL time.Duration
@@ -174,6 +175,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		def = ".agentplane"
 	}
 	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
+	fs.StringVar(&cm.store, "store", os.Getenv("AGENTPLANE_STORE"), "run store: postgres://USER@HOST:PORT/DB shared by many processes (password from PGPASSWORD or ~/.pgpass), or empty for the embedded SQLite store in DATA (env AGENTPLANE_STORE; default the store key of DATA/api.yaml)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
 	cm.leaseTTL = 15 * time.Second
 	if executesRuns[name] || strings.HasPrefix(name, "models") {
@@ -206,7 +208,7 @@ var usageLines = map[string]string{
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--tenant T] [--prompt-hash H] [--json] | runs RUN|last [--json]",
-	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
+	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--store postgres://...] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"connectors":   "agentplane connectors add -f CONNECTOR.yaml --overlays OVERLAYS.yaml | list | show NAME | diff NAME | review NAME --as USER [--hash H] [--overlays F] | remove NAME [--tenant T] [--json]",
@@ -214,7 +216,7 @@ var usageLines = map[string]string{
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
 	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",
 	"users secret": "agentplane users secret set TENANT CONNECTOR (--random | value on stdin) | list TENANT | delete TENANT CONNECTOR",
-	"worker":       "agentplane worker [--until-idle] [--concurrency N]",
+	"worker":       "agentplane worker [--until-idle] [--concurrency N] [--store postgres://...]",
 }
 
 // setUsage makes -h print the command's synopsis, then its flags.
@@ -260,7 +262,14 @@ func exitStatus(name string) string {
 var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
-	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
+	if cm.store == "" {
+		cfg, err := loadAPIConfig("", cm.data)
+		if err != nil {
+			return nil, err
+		}
+		cm.store = cfg.Store
+	}
+	o := platform.Options{DataDir: cm.data, Store: cm.store, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
 		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions(),
 		Telemetry: platform.TelemetryOptions{OTLP: cm.otlp}}
 	if cm.verbose {

@@ -83,7 +83,7 @@ func cmdServe(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("serve did not start: %v (see serve.log)", err)
 	}
 	go io.Copy(io.Discard, pr)
-	// "agentplane: serving http://ADDR (data DIR)"
+	// "agentplane: serving http://ADDR (data DIR, store S)"
 	_, rest, ok := strings.Cut(line, "serving ")
 	url, _, _ := strings.Cut(rest, " ")
 	if !ok || !strings.HasPrefix(url, "http://127.0.0.1:") {

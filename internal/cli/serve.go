@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/store/postgres"
 	"github.com/agentplane/agentplane/web"
 )
 
@@ -58,6 +59,9 @@ func (c *command) serve(args []string) error {
 	if err != nil {
 		return err
 	}
+	if cm.store == "" {
+		cm.store = cfg.Store
+	}
 	clock := time.Now
 	if *clockOffset != 0 {
 		off := *clockOffset
@@ -94,7 +98,7 @@ func (c *command) serve(args []string) error {
 	hs := srv.HTTPServer(slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(srv.Listener(ln)) }()
-	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s); run viewer at http://%s/ui/\n", ln.Addr(), cm.data, ln.Addr())
+	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s, store %s); run viewer at http://%s/ui/\n", ln.Addr(), cm.data, storeName(cm.store), ln.Addr())
 	select {
 	case <-ctx.Done():
 	case err = <-served:
@@ -109,6 +113,15 @@ func (c *command) serve(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// storeName is how a run store is named in messages: never with its
+// password.
+func storeName(spec string) string {
+	if spec == "" {
+		return "embedded"
+	}
+	return postgres.Redact(spec)
 }
 
 // warnNoModels says, when a process that executes runs starts, that no

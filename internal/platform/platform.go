@@ -29,6 +29,7 @@ import (
 	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/postgres"
 	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
@@ -36,8 +37,12 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// DataDir holds the database and blobs.
+	// DataDir holds the database and blobs of the embedded store, and the
+	// platform's files (models.yaml, directory.yaml, secrets).
 	DataDir string
+	// Store names the run store: "" for the embedded SQLite store in
+	// DataDir, or a postgres:// URL (see OpenStore).
+	Store string
 	// Tools are tier-1 functions beyond the platform's own (catalog.New):
 	// an example's simulated world, a team's tools. One that is also an
 	// io.Closer is closed by Platform.Close.
@@ -84,7 +89,7 @@ type Options struct {
 
 // Platform is a running agentplane instance.
 type Platform struct {
-	Store   *sqlite.Store
+	Store   Store
 	Catalog *tool.Catalog
 	// Tools are the extensions the catalog was built with (Options.Tools).
 	Tools    []catalog.Registrar
@@ -124,6 +129,30 @@ type Platform struct {
 	manifests tool.ManifestCache
 }
 
+// Store is everything the platform keeps in its run store: both back ends
+// (store/sqlite, store/postgres) implement all of it.
+type Store interface {
+	store.Store
+	store.APIStore
+	store.PrincipalStore
+	store.TenantStore
+	store.ConnectorStore
+	store.SessionStore
+}
+
+// OpenStore opens the run store named by spec: "" is the embedded SQLite
+// store in dataDir, postgres://... (or postgresql://...) a PostgreSQL
+// database shared by any number of processes.
+func OpenStore(ctx context.Context, spec, dataDir string, log *slog.Logger) (Store, error) {
+	switch {
+	case spec == "":
+		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log})
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log})
+	}
+	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
+}
+
 // Open starts the platform's components (no background workers).
 func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.DataDir == "" {
@@ -135,7 +164,7 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: o.DataDir, Logger: o.Logger})
+	st, err := OpenStore(ctx, o.Store, o.DataDir, o.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -180,7 +180,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, tenant string, at time.Time) 
 		store.DeliveryDropped, micros(at), "dropped: the tenant's webhook was deleted", tenant, store.DeliveryPending); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return classify(tx.Commit())
 }
 
 const terminalSQL = "('completed', 'completed_partial', 'failed', 'cancelled')"
@@ -216,7 +216,7 @@ func (s *Store) MarkNotified(ctx context.Context, runID string, d *store.Deliver
 			return err
 		}
 	}
-	return tx.Commit()
+	return classify(tx.Commit())
 }
 
 const deliveryCols = "id, tenant, run_id, event_type, url, payload, status, attempts, next_attempt_at, created_at, updated_at, last_error"
@@ -268,7 +268,7 @@ func (s *Store) RecordAttempt(ctx context.Context, a *store.DeliveryAttempt, d *
 			return err
 		}
 	}
-	return tx.Commit()
+	return classify(tx.Commit())
 }
 
 // ListDeliveries implements store.APIStore.

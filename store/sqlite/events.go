@@ -161,7 +161,7 @@ func (s *Store) commit(batch []*appendOp) {
 	// for the commit that covers earlier ops, which this one does.
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		finish(fmt.Errorf("sqlite store: begin: %w", err))
+		finish(fmt.Errorf("sqlite store: begin: %w", err)) // classified by writer.BeginTx
 		return
 	}
 	for i, op := range batch {
@@ -169,11 +169,11 @@ func (s *Store) commit(batch []*appendOp) {
 			continue
 		}
 		if _, err := tx.StmtContext(ctx, s.stmts.savepoint).ExecContext(ctx); err != nil {
-			errs[i] = err
+			errs[i] = classify(err)
 			continue
 		}
 		if err := s.stmts.appendOne(ctx, tx, &op.req); err != nil {
-			errs[i] = err
+			errs[i] = classify(err)
 			if _, rbErr := tx.StmtContext(ctx, s.stmts.rollbackTo).ExecContext(ctx); rbErr != nil {
 				tx.Rollback()
 				finish(fmt.Errorf("sqlite store: rollback to savepoint: %w", rbErr))
@@ -187,7 +187,7 @@ func (s *Store) commit(batch []*appendOp) {
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		finish(fmt.Errorf("sqlite store: commit: %w", err))
+		finish(fmt.Errorf("sqlite store: commit: %w", classify(err)))
 		return
 	}
 	finish(nil)

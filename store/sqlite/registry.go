@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/store"
@@ -36,7 +37,7 @@ func (s *Store) PutAgentVersion(ctx context.Context, v *store.AgentVersion) (boo
 		v.Name, v.Version, v.Spec, v.SpecHash[:], micros(v.CreatedAt)); err != nil {
 		return false, err
 	}
-	return true, tx.Commit()
+	return true, classify(tx.Commit())
 }
 
 const agentCols = "name, version, spec, spec_hash, created_at, retired_at"
@@ -178,7 +179,7 @@ func (s *Store) PutTool(ctx context.Context, t *store.ToolRecord) error {
 		t.Name, t.Hash[:]); err != nil {
 		return err
 	}
-	return tx.Commit()
+	return classify(tx.Commit())
 }
 
 func scanTool(sc scanner) (*store.ToolRecord, error) {
@@ -236,8 +237,11 @@ func (s *Store) SendSignal(ctx context.Context, sg *store.Signal) error {
 	if sg.CreatedAt.IsZero() {
 		sg.CreatedAt = time.Now().UTC()
 	}
-	res, err := s.w.ExecContext(ctx, "INSERT INTO signals(run_id, kind, payload, created_at) VALUES (?,?,?,?)",
-		sg.RunID, sg.Kind, blob(sg.Payload), micros(sg.CreatedAt))
+	res, err := s.w.ExecContext(ctx, "INSERT INTO signals(run_id, kind, payload, key, created_at) VALUES (?,?,?,?,?)",
+		sg.RunID, sg.Kind, blob(sg.Payload), sg.Key, micros(sg.CreatedAt))
+	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
+		return fmt.Errorf("signal %s to run %s: sent already: %w", sg.Key, sg.RunID, store.ErrConflict)
+	}
 	if err != nil {
 		return err
 	}
@@ -247,7 +251,7 @@ func (s *Store) SendSignal(ctx context.Context, sg *store.Signal) error {
 
 // PendingSignals implements store.SignalStore.
 func (s *Store) PendingSignals(ctx context.Context, runID string) ([]*store.Signal, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT id, run_id, kind, payload, created_at FROM signals WHERE run_id = ? AND consumed = 0 ORDER BY id", runID)
+	rows, err := s.r.QueryContext(ctx, "SELECT id, run_id, kind, payload, key, created_at FROM signals WHERE run_id = ? AND consumed = 0 ORDER BY id", runID)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +260,7 @@ func (s *Store) PendingSignals(ctx context.Context, runID string) ([]*store.Sign
 	for rows.Next() {
 		var sg store.Signal
 		var created int64
-		if err := rows.Scan(&sg.ID, &sg.RunID, &sg.Kind, &sg.Payload, &created); err != nil {
+		if err := rows.Scan(&sg.ID, &sg.RunID, &sg.Kind, &sg.Payload, &sg.Key, &created); err != nil {
 			return nil, err
 		}
 		sg.CreatedAt = fromMicros(created)

@@ -321,7 +321,7 @@ func (s *Store) lease(ctx context.Context, tx *sql.Tx, id, owner string, ttl tim
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
 	s.clearSticky(id)
 	return r, nil

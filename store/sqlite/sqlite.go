@@ -26,7 +26,7 @@ import (
 
 	"github.com/agentplane/agentplane/store"
 
-	_ "modernc.org/sqlite" // database/sql driver "sqlite"
+	sqlitedrv "modernc.org/sqlite" // also the database/sql driver "sqlite"
 )
 
 //go:embed migrations/*.sql
@@ -38,13 +38,16 @@ type Options struct {
 	Dir string
 	// MaxBatch bounds how many appends one group commit takes (default 256).
 	MaxBatch int
-	Logger   *slog.Logger
+	// BusyTimeout is how long a write waits for another process's write
+	// lock before failing with store.ErrUnavailable (default 10s).
+	BusyTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // Store implements store.Store.
 type Store struct {
 	dir    string
-	w      *sql.DB // the single writing connection
+	w      writer  // the single writing connection
 	r      *sql.DB // readers
 	blobs  *blobDir
 	log    *slog.Logger
@@ -82,8 +85,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 10 * time.Second
+	}
 	path := filepath.Join(o.Dir, "agentplane.db")
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_txlock=immediate"
+	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate",
+		path, o.BusyTimeout.Milliseconds())
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: %w", err)
@@ -98,7 +105,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	s := &Store{
-		dir: o.Dir, w: w, r: r, log: o.Logger,
+		dir: o.Dir, w: writer{w}, r: r, log: o.Logger,
 		queue: make(chan *appendOp, 4096), done: make(chan struct{}),
 		maxBatch: o.MaxBatch, sticky: map[string]map[int64]error{},
 	}
@@ -145,16 +152,58 @@ func (s *Store) closeDBs() error {
 	return errors.Join(s.w.Close(), s.r.Close())
 }
 
+// ErrSchemaNewer is returned by Open for a database written by a newer
+// agentplane than this one.
+var ErrSchemaNewer = errors.New("database schema is newer than this agentplane knows")
+
+// ErrDamaged is returned by Open for a database that fails SQLite's
+// integrity check.
+var ErrDamaged = errors.New("database is damaged")
+
+// checkIntegrity runs SQLite's quick_check, so that a process never serves
+// from a damaged file: it refuses to start and says what was found.
+func (s *Store) checkIntegrity(ctx context.Context) error {
+	rows, err := s.w.QueryContext(ctx, "PRAGMA quick_check(5)")
+	if err != nil {
+		return fmt.Errorf("sqlite store %s: %w: %v; restore agentplane.db from a backup", s.dir, ErrDamaged, err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return fmt.Errorf("sqlite store %s: %w: %v; restore agentplane.db from a backup", s.dir, ErrDamaged, err)
+		}
+		if line != "ok" {
+			problems = append(problems, line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		problems = append(problems, err.Error())
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("sqlite store %s: %w (integrity check: %s); restore agentplane.db from a backup", s.dir, ErrDamaged, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
 func (s *Store) migrate(ctx context.Context) error {
+	if err := s.checkIntegrity(ctx); err != nil {
+		return err
+	}
 	var ver int
 	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
-		return fmt.Errorf("sqlite store: read schema version: %w", err)
+		return fmt.Errorf("sqlite store %s: read schema version: %w: %v", s.dir, ErrDamaged, err)
 	}
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
+	if ver > len(names) {
+		return fmt.Errorf("sqlite store %s: %w: the database is at version %d, this binary knows up to %d; run a newer agentplane, or use another data directory",
+			s.dir, ErrSchemaNewer, ver, len(names))
+	}
 	for i, name := range names {
 		n := i + 1
 		if n <= ver {
@@ -186,6 +235,43 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// writer is the writing connection, with its errors classified: SQLite
+// busy or locked past the busy timeout, or out of disk, is
+// store.ErrUnavailable (the API answers 503 and the client retries).
+type writer struct{ *sql.DB }
+
+func (w writer) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	res, err := w.DB.ExecContext(ctx, q, args...)
+	return res, classify(err)
+}
+
+func (w writer) BeginTx(ctx context.Context, o *sql.TxOptions) (*sql.Tx, error) {
+	tx, err := w.DB.BeginTx(ctx, o)
+	return tx, classify(err)
+}
+
+// SQLite result codes (primary) that mean "not now" rather than "never".
+const (
+	sqliteBusy   = 5
+	sqliteLocked = 6
+	sqliteNoMem  = 7
+	sqliteIOErr  = 10
+	sqliteFull   = 13
+)
+
+// classify wraps the SQLite errors a retry may cure in store.ErrUnavailable.
+func classify(err error) error {
+	var se *sqlitedrv.Error
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqliteBusy, sqliteLocked, sqliteNoMem, sqliteIOErr, sqliteFull:
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	}
+	return err
 }
 
 func micros(t time.Time) int64 {

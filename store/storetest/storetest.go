@@ -14,6 +14,11 @@
 // each other's data; newStore is responsible for closing it (t.Cleanup). The
 // suite passes explicit times to every lease operation and never sleeps, so
 // it checks lease expiry without waiting for a clock.
+//
+// ExerciseAPI covers store.APIStore, and ExerciseProcesses the cases only
+// many processes on one database exercise (two handles race claims,
+// renewals, appends, idempotency keys, approval decisions and signals).
+// BenchSteps is the store benchmark every back end is measured with.
 package storetest
 
 import (
