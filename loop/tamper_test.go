@@ -72,7 +72,7 @@ func bigBlobPath(t *testing.T, f *fixture, runID string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.p.Store.BlobPath(sum)
+	return f.p.Store.BlobPath(testTenant, sum)
 }
 
 func openDB(t *testing.T, f *fixture) *sql.DB {
@@ -88,7 +88,7 @@ func openDB(t *testing.T, f *fixture) *sql.DB {
 // verifyProblems runs trace verify and returns what it reports.
 func verifyProblems(t *testing.T, f *fixture, runID string) string {
 	t.Helper()
-	rep, err := trace.Verify(context.Background(), f.p.Store, runID)
+	rep, err := trace.Verify(context.Background(), f.source(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}
