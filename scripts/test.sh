@@ -11,6 +11,9 @@ TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
 export PATH="$TOOLS/bin:$PATH"
 mkdir -p "$TOOLS/bin"
 
+# A test whose dependency is missing fails here instead of skipping.
+export AGENTPLANE_TEST_STRICT=1
+
 step() { printf '\n=== %s\n' "$*"; }
 
 install_go_tool() { # name module@version
@@ -37,6 +40,7 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 # Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
+. scripts/setup-s3.sh
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"

@@ -151,6 +151,7 @@ type command struct {
 // common holds flags every command shares.
 type common struct {
 	data     string
+	blobs    string
 	models   string
 	verbose  bool
 	leaseTTL time.Duration
@@ -168,6 +169,8 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 		def = ".agentplane"
 	}
 	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
+	fs.StringVar(&cm.blobs, "blobs", os.Getenv("AGENTPLANE_BLOBS"),
+		"where blobs are kept: s3://BUCKET?endpoint=URL&region=R&prefix=P&path_style=true (key in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or an absolute folder (env AGENTPLANE_BLOBS; default: blobs in DATA/storage.yaml, else DATA/blobs)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
 	cm.leaseTTL = 15 * time.Second
 	if executesRuns[name] || strings.HasPrefix(name, "models") {
@@ -252,7 +255,11 @@ func exitStatus(name string) string {
 var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
-	o := platform.Options{DataDir: cm.data, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
+	blobs, err := blobsOf(cm)
+	if err != nil {
+		return nil, err
+	}
+	o := platform.Options{DataDir: cm.data, Blobs: blobs, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
 		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}}
 	if cm.verbose {
 		o.Logger = slog.New(slog.NewTextHandler(c.err, &slog.HandlerOptions{Level: slog.LevelDebug}))

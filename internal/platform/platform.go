@@ -35,8 +35,14 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// DataDir holds the database and blobs.
+	// DataDir holds the database and, unless Blobs names another place,
+	// the blobs.
 	DataDir string
+	// Blobs is where blobs are kept, chosen independently of the run
+	// store: an s3://BUCKET?endpoint=...&region=...&prefix=...&path_style=true
+	// URL (package s3blob), an absolute folder path, or "" for the blob
+	// folder of the data directory (OpenBlobs).
+	Blobs string
 	// Tools are tier-1 functions beyond the platform's own (catalog.New):
 	// an example's simulated world, a team's tools. One that is also an
 	// io.Closer is closed by Platform.Close.
@@ -111,7 +117,11 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: o.DataDir, Logger: o.Logger})
+	blobs, err := OpenBlobs(ctx, o.Blobs)
+	if err != nil {
+		return nil, err
+	}
+	st, err := sqlite.Open(ctx, sqlite.Options{Dir: o.DataDir, Logger: o.Logger, Blobs: blobs})
 	if err != nil {
 		return nil, err
 	}
