@@ -71,7 +71,7 @@ func TestOpenRefuses(t *testing.T) {
 		t.Fatalf("Open with credentials from the environment: %v", err)
 	}
 	withKey := srv.Options("")
-	for _, s := range []string{fmt.Sprint(withKey), fmt.Sprintf("%v", withKey), fmt.Sprintf("%+v", withKey), fmt.Sprintf("%#v", withKey), fmt.Sprintf("%s", withKey)} {
+	for _, s := range []string{fmt.Sprint(withKey), fmt.Sprintf("%v", withKey), fmt.Sprintf("%+v", withKey), fmt.Sprintf("%#v", withKey), withKey.String()} {
 		if strings.Contains(s, withKey.SecretAccessKey) {
 			t.Fatalf("printed options show the secret: %s", s)
 		}
