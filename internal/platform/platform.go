@@ -28,6 +28,7 @@ import (
 	"github.com/agentplane/agentplane/model/scripted"
 	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/blobdir"
 	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
@@ -121,9 +122,20 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
+	if blobs == nil {
+		if blobs, err = blobdir.Open(filepath.Join(o.DataDir, "blobs")); err != nil {
+			return nil, err
+		}
+	}
 	st, err := sqlite.Open(ctx, sqlite.Options{Dir: o.DataDir, Logger: o.Logger, Blobs: blobs})
 	if err != nil {
 		return nil, err
+	}
+	if d, ok := blobs.(*blobdir.Dir); ok {
+		if err := adoptLegacyBlobs(ctx, st, d); err != nil {
+			st.Close()
+			return nil, err
+		}
 	}
 	p := &Platform{Store: st, log: o.Logger, Directory: o.Directory}
 	if p.Directory == nil {

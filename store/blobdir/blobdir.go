@@ -140,3 +140,52 @@ func (b *tenantDir) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
 	}
 	return st.Size(), nil
 }
+
+// Legacy lists the blobs of the layout before blobs were kept per tenant
+// (ROOT/<aa>/<other 62 hex digits>, no tenant), which no tenant's store
+// reads. A tenant folder is told apart by holding folders, not files.
+func (d *Dir) Legacy() ([][32]byte, error) {
+	tops, err := os.ReadDir(d.root)
+	if err != nil {
+		return nil, fmt.Errorf("blob folder: %w", err)
+	}
+	var out [][32]byte
+	for _, top := range tops {
+		if !top.IsDir() || len(top.Name()) != 2 {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(d.root, top.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("blob folder: %w", err)
+		}
+		for _, e := range ents {
+			b, err := hex.DecodeString(top.Name() + e.Name())
+			if !e.Type().IsRegular() || err != nil || len(b) != 32 || hex.EncodeToString(b) != top.Name()+e.Name() {
+				continue
+			}
+			out = append(out, [32]byte(b))
+		}
+	}
+	return out, nil
+}
+
+// AdoptLegacy copies the legacy blob sum into each of tenants (after
+// checking its bytes) and removes the legacy file. A damaged legacy blob is
+// left where it is, unadopted, and reported.
+func (d *Dir) AdoptLegacy(ctx context.Context, sum [32]byte, tenants []string) error {
+	h := hex.EncodeToString(sum[:])
+	p := filepath.Join(d.root, h[:2], h[2:])
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("blob folder: %w", err)
+	}
+	if sha256.Sum256(data) != sum {
+		return fmt.Errorf("legacy blob %x: %w", sum, store.ErrCorrupt)
+	}
+	for _, t := range tenants {
+		if _, err := d.Blobs(t).PutBlob(ctx, data); err != nil {
+			return err
+		}
+	}
+	return os.Remove(p)
+}
