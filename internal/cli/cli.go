@@ -135,7 +135,9 @@ Exit status: 0 success; 1 an error, or a run that ended other than completed
 failed tasks or a regression (eval); 2 a usage error; 3 the run waits for an
 approval (run, replay: decide it, then agentplane worker).
 
-Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
+Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane)
+and --blobs s3://BUCKET?endpoint=URL... (env AGENTPLANE_BLOBS, or blobs: in
+DATA/storage.yaml; default the blob folder DATA/blobs).
 With AGENTPLANE_SERVER=URL and AGENTPLANE_TOKEN=KEY set, run, runs, trace, approvals,
 approve, reject, edit, cancel and message are clients of that server instead.
 Run 'agentplane COMMAND -h' for a command's flags.
