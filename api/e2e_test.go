@@ -312,7 +312,7 @@ func TestEndToEndKillRestart(t *testing.T) {
 		if got != outcomes[i] {
 			t.Errorf("run %d: refund approval %s, want %s", i, got, outcomes[i])
 		}
-		if rep, err := trace.Verify(ctx, p.Store, id); err != nil || !rep.OK() {
+		if rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, r.Tenant), id); err != nil || !rep.OK() {
 			t.Errorf("run %d: trace verify: %+v %v", i, rep, err)
 		}
 		if v, err := p.Engine.Verify(ctx, id); err != nil || v.Events != len(evs) {

@@ -101,7 +101,7 @@ func TestPastedSecretsRedacted(t *testing.T) {
 	leaks("GET run", f.do(priya, "GET", "/v1/runs/"+run.ID, nil).body)
 	leaks("GET events", f.do(priya, "GET", "/v1/runs/"+run.ID+"/events", nil).body)
 	prompts := 0
-	err = trace.Prompts(ctx, f.p.Store, evs, func(_ *store.Event, _ *trace.ModelCall, req *model.Request) error {
+	err = trace.Prompts(ctx, trace.SourceFor(f.p.Store, got.Tenant), evs, func(_ *store.Event, _ *trace.ModelCall, req *model.Request) error {
 		prompts++
 		var all strings.Builder
 		for _, m := range req.Messages {

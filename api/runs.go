@@ -415,15 +415,16 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 	writeJSON(w, http.StatusOK, out)
 }
 
-// handleBlob returns a blob the run's log refers to. Blobs are stored by
-// content for every tenant at once, so a hash alone proves nothing: only a
-// blob the platform itself recorded in one of the caller's run's events (a
-// Content field, trace.BlobRefs) is served. A hash that merely appears in
-// the log — in the task, a message, a model's output, anything a caller or
-// a model could write — names nothing. The decision is made from the
-// caller's own log before the blob store is asked, so a hash that is not
-// the run's gets the same answer, after the same work, whether or not
-// another tenant stored that content.
+// handleBlob returns a blob the run's log refers to. Blobs are kept per
+// tenant, and read here from the run's tenant only, so another tenant's
+// content is out of reach whatever hash is asked for. Within the tenant a
+// hash alone still proves nothing: only a blob the platform itself recorded
+// in one of the caller's run's events (a Content field, trace.BlobRefs) is
+// served. A hash that merely appears in the log — in the task, a message, a
+// model's output, anything a caller or a model could write — names nothing.
+// The decision is made from the caller's own log before the blob store is
+// asked, so a hash that is not the run's gets the same answer, after the
+// same work, whether or not anyone stored that content.
 func handleBlob(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
 	run, err := s.runOf(r.Context(), p, params["run_id"])
 	if err != nil {
@@ -461,7 +462,7 @@ func handleBlob(s *Server, w http.ResponseWriter, r *http.Request, p *Principal,
 		s.fail(w, r, err)
 		return
 	}
-	data, err := s.st.GetBlob(r.Context(), sum)
+	data, err := s.st.Blobs(run.Tenant).GetBlob(r.Context(), sum)
 	if errors.Is(err, store.ErrNotFound) {
 		err = notFound("blob") // the run's own blob, lost: the same answer
 	}

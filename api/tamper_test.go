@@ -34,7 +34,7 @@ func TestTamperedWaitingRunFailsClosed(t *testing.T) {
 		}},
 		{"flipped blob byte", func(t *testing.T, f *fixture, db *sql.DB, runID string) {
 			h := runBlobs(t, f, runID)[0]
-			p := filepath.Join(f.dir, "blobs", h[:2], h[2:])
+			p := filepath.Join(f.dir, "blobs", bankTenant, h[:2], h[2:])
 			data, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)

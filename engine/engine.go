@@ -81,7 +81,8 @@ type Env interface {
 	Signals(ctx context.Context, step int) ([]*store.Event, error)
 	// Summarize attaches run counters to the next append.
 	Summarize(u store.RunUpdate)
-	// Blobs is the content-addressed store for large payloads.
+	// Blobs is the content-addressed store for large payloads: the run's
+	// tenant's blobs.
 	Blobs() store.BlobStore
 }
 
@@ -105,7 +106,7 @@ type env struct {
 func (e *env) Run() *store.Run        { return e.run }
 func (e *env) Replaying() bool        { return e.cursor < len(e.recorded) }
 func (e *env) Now() time.Time         { return e.now }
-func (e *env) Blobs() store.BlobStore { return e.s }
+func (e *env) Blobs() store.BlobStore { return e.s.Blobs(e.run.Tenant) }
 func (e *env) Summarize(u store.RunUpdate) {
 	if e.summary == nil {
 		e.summary = &store.RunUpdate{}

@@ -262,7 +262,7 @@ func (e *Worker) newEnv(ctx context.Context, run *store.Run, verify bool) (*env,
 	// A log is acted on only once it proves intact: an edited payload, a
 	// rewritten hash or a damaged blob would otherwise be served to the
 	// workflow as if recorded, and acted on.
-	if err := trace.CheckLog(ctx, e.o.Store, evs); err != nil {
+	if err := trace.CheckLog(ctx, e.o.Store.Blobs(run.Tenant), evs); err != nil {
 		return nil, err
 	}
 	en := &env{s: e.o.Store, run: run, epoch: run.LeaseEpoch, recorded: evs, clock: e.o.Clock, verify: verify}

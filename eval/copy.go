@@ -13,12 +13,12 @@ import (
 type Stores interface {
 	store.RunStore
 	store.EventStore
-	store.BlobStore
+	store.Blobs
 }
 
 // CopyRun copies an ended run's record — the run, its events byte for byte
 // (so the copy's hash chain verifies) and every blob they name — from one
-// store to another. The copy is written as ended from the start, so no
+// store to another, its blobs in the run's tenant. The copy is written as ended from the start, so no
 // worker of the target can ever claim it. Evals use it to replay a recorded
 // run inside a throwaway environment, and to keep eval runs (--record).
 func CopyRun(ctx context.Context, from, to Stores, runID string) error {
@@ -33,31 +33,21 @@ func CopyRun(ctx context.Context, from, to Stores, runID string) error {
 	if err != nil {
 		return err
 	}
-	seen := map[string]bool{}
-	for i := range evs {
-		// Only the blobs the platform recorded (not a hash a model or a
-		// caller wrote into the log) belong to the run.
-		refs, err := trace.BlobRefs(&evs[i])
+	// Only the blobs the platform recorded (not a hash a model or a caller
+	// wrote into the log) belong to the run; they are read from and written
+	// to the run's tenant.
+	sums, err := trace.RunBlobs(evs)
+	if err != nil {
+		return fmt.Errorf("copy run %s: %w", runID, err)
+	}
+	src, dst := from.Blobs(r.Tenant), to.Blobs(r.Tenant)
+	for _, sum := range sums {
+		data, err := src.GetBlob(ctx, sum)
 		if err != nil {
-			return fmt.Errorf("copy run %s: seq %d: %w", runID, evs[i].Seq, err)
+			return fmt.Errorf("copy run %s: blob %x: %w", runID, sum, err)
 		}
-		for _, c := range refs {
-			h := c.Blob
-			if seen[h] {
-				continue
-			}
-			seen[h] = true
-			sum, err := c.Sum()
-			if err != nil {
-				return fmt.Errorf("copy run %s: %w", runID, err)
-			}
-			data, err := from.GetBlob(ctx, sum)
-			if err != nil {
-				return fmt.Errorf("copy run %s: blob %s: %w", runID, h, err)
-			}
-			if _, err := to.PutBlob(ctx, data); err != nil {
-				return err
-			}
+		if _, err := dst.PutBlob(ctx, data); err != nil {
+			return fmt.Errorf("copy run %s: blob %x: %w", runID, sum, err)
 		}
 	}
 	return engine.ImportRun(ctx, to, r, evs)

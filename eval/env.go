@@ -191,7 +191,7 @@ func (e *env) drive(ctx context.Context, runID string, pol *ApprovalPolicy) (*st
 			if a.Run.ID != runID {
 				continue
 			}
-			args, err := loadJSON(ctx, e.p.Store, a.Request.Args)
+			args, err := loadJSON(ctx, e.p.Store.Blobs(r.Tenant), a.Request.Args)
 			if err != nil {
 				return nil, err
 			}

@@ -96,7 +96,7 @@ func collect(ctx context.Context, e *env, runID string) (*Outcome, error) {
 				return nil, err
 			}
 			a := attempts[[2]int{ev.Step, r.Index}]
-			raw, err := trace.Load(ctx, p.Store, a.Args)
+			raw, err := trace.Load(ctx, p.Store.Blobs(run.Tenant), a.Args)
 			if err != nil {
 				return nil, err
 			}

@@ -86,7 +86,7 @@ func TestBaseVersionPassesTheWholeSet(t *testing.T) {
 		t.Fatalf("%d recorded runs, want %d (%v)", len(runs), len(rep.Results), err)
 	}
 	for _, r := range runs {
-		vr, err := trace.Verify(ctx, p.Store, r.ID)
+		vr, err := trace.Verify(ctx, trace.SourceFor(p.Store, r.Tenant), r.ID)
 		if err != nil || !vr.OK() {
 			t.Fatalf("recorded run %s does not verify: %v %+v", r.ID, err, vr)
 		}
@@ -199,7 +199,7 @@ func TestCopyRun(t *testing.T) {
 	if a.Status != b.Status || a.Steps != b.Steps || a.CostMicros != b.CostMicros || a.LastSeq != b.LastSeq || b.LeaseEpoch != 0 {
 		t.Fatalf("copy differs:\n%+v\n%+v", a, b)
 	}
-	if vr, err := trace.Verify(ctx, dst.Store, id); err != nil || !vr.OK() || vr.Prompts == 0 {
+	if vr, err := trace.Verify(ctx, trace.SourceFor(dst.Store, b.Tenant), id); err != nil || !vr.OK() || vr.Prompts == 0 {
 		t.Fatalf("copy does not verify: %v %+v", err, vr)
 	}
 	if err := eval.CopyRun(ctx, p.Store, dst.Store, id); !errors.Is(err, store.ErrConflict) {

@@ -95,7 +95,7 @@ func TestClass2ApprovalEditEscalates(t *testing.T) {
 		}
 		// ... in the next prompt, after the step's results.
 		seen := false
-		if err := trace.Prompts(ctx, f.p.Store, evs, func(_ *store.Event, _ *trace.ModelCall, req *modelRequest) error {
+		if err := trace.Prompts(ctx, f.source(), evs, func(_ *store.Event, _ *trace.ModelCall, req *modelRequest) error {
 			for _, m := range req.Messages {
 				for i, p := range m.Content {
 					if strings.Contains(p.Text, "bob edited") {
@@ -113,7 +113,7 @@ func TestClass2ApprovalEditEscalates(t *testing.T) {
 		if v, err := f.p.Engine.Verify(ctx, run.ID); err != nil || v.Events != len(evs) {
 			t.Fatalf("verify: %d/%d %v", v.Events, len(evs), err)
 		}
-		if rep, err := trace.Verify(ctx, f.p.Store, run.ID); err != nil || !rep.OK() {
+		if rep, err := trace.Verify(ctx, f.source(), run.ID); err != nil || !rep.OK() {
 			t.Fatalf("trace verify: %+v %v", rep, err)
 		}
 	})

@@ -236,7 +236,7 @@ func TestMessageReachesTheModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, evs := resume(t, f, run.ID)
-	err := trace.Prompts(ctx, f.p.Store, evs, func(ev *store.Event, mc *trace.ModelCall, req *modelRequest) error {
+	err := trace.Prompts(ctx, f.source(), evs, func(ev *store.Event, mc *trace.ModelCall, req *modelRequest) error {
 		for _, m := range req.Messages {
 			for _, p := range m.Content {
 				if strings.Contains(p.Text, "the customer called back") {
@@ -249,7 +249,7 @@ func TestMessageReachesTheModel(t *testing.T) {
 	if err != nil || !sawMessage.Load() {
 		t.Fatalf("the user's message never reached the model (%v)", err)
 	}
-	if rep, err := trace.Verify(ctx, f.p.Store, run.ID); err != nil || !rep.OK() {
+	if rep, err := trace.Verify(ctx, f.source(), run.ID); err != nil || !rep.OK() {
 		t.Fatalf("verify: %+v %v", rep, err)
 	}
 }

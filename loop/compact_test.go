@@ -51,7 +51,7 @@ func TestCompactionKeepsEveryIdentifierAndReplays(t *testing.T) {
 	// After the first compaction the prompts are shorter than the log, yet
 	// every id of the compacted steps is still in the prompt.
 	var lastPrompt *model.Request
-	err := trace.Prompts(context.Background(), f.p.Store, evs, func(ev *store.Event, mc *trace.ModelCall, req *model.Request) error {
+	err := trace.Prompts(context.Background(), f.source(), evs, func(ev *store.Event, mc *trace.ModelCall, req *model.Request) error {
 		lastPrompt = req
 		return nil
 	})
@@ -71,7 +71,7 @@ func TestCompactionKeepsEveryIdentifierAndReplays(t *testing.T) {
 			t.Fatalf("%s lost from the prompt after compaction", id)
 		}
 	}
-	if rep, err := trace.Verify(context.Background(), f.p.Store, run.ID); err != nil || !rep.OK() {
+	if rep, err := trace.Verify(context.Background(), f.source(), run.ID); err != nil || !rep.OK() {
 		t.Fatalf("trace verify after compaction: %+v %v", rep, err)
 	}
 	if v, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || v.Events != len(evs) {

@@ -14,7 +14,7 @@ import (
 func noteReached(t *testing.T, f *fixture, evs []store.Event, text string) bool {
 	t.Helper()
 	var saw bool
-	err := trace.Prompts(context.Background(), f.p.Store, evs, func(_ *store.Event, _ *trace.ModelCall, req *modelRequest) error {
+	err := trace.Prompts(context.Background(), f.source(), evs, func(_ *store.Event, _ *trace.ModelCall, req *modelRequest) error {
 		for _, m := range req.Messages {
 			for _, p := range m.Content {
 				if strings.Contains(p.Text, text) {

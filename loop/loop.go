@@ -90,7 +90,7 @@ type Options struct {
 	// max_output_bytes lowers it).
 	MaxResultBytes int
 	// Source reads other runs' logs (the original of a replay).
-	Source trace.Source
+	Source store.EventStore
 	// ReplaySpec returns the replay instructions stored for a new run, or
 	// nil when the run is not a replay. Called once, when the run starts.
 	ReplaySpec func(ctx context.Context, runID string) (*trace.ReplayInfo, error)

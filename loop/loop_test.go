@@ -163,7 +163,7 @@ func TestLoopDetection(t *testing.T) {
 	}
 	// The note reached the model: the 4th call's prompt contains it.
 	var sawNote bool
-	err := trace.Prompts(context.Background(), f.p.Store, evs, func(ev *store.Event, mc *trace.ModelCall, req *modelRequest) error {
+	err := trace.Prompts(context.Background(), f.source(), evs, func(ev *store.Event, mc *trace.ModelCall, req *modelRequest) error {
 		for _, m := range req.Messages {
 			for _, p := range m.Content {
 				if strings.Contains(p.Text, "same arguments") {
@@ -240,12 +240,12 @@ turns:
 	if !res.Truncated || !res.Output.IsBlob() || res.Bytes < 200000 || len(res.Output.Preview) > 512 {
 		t.Fatalf("result = truncated %v blob %v bytes %d preview %d", res.Truncated, res.Output.IsBlob(), res.Bytes, len(res.Output.Preview))
 	}
-	data, err := trace.Load(context.Background(), f.p.Store, res.Output)
+	data, err := trace.Load(context.Background(), f.source(), res.Output)
 	if err != nil || int64(len(data)) != res.Bytes {
 		t.Fatalf("blob holds %d bytes (%v), want %d", len(data), err, res.Bytes)
 	}
 	// The model saw a handle and a preview, not 200 KB.
-	err = trace.Prompts(context.Background(), f.p.Store, evs, func(ev *store.Event, mc *trace.ModelCall, req *modelRequest) error {
+	err = trace.Prompts(context.Background(), f.source(), evs, func(ev *store.Event, mc *trace.ModelCall, req *modelRequest) error {
 		if ev.Step == 2 {
 			last := req.Messages[len(req.Messages)-1].Content[0].Text
 			if len(last) > 2000 || !strings.Contains(last, "blob:"+res.Output.Blob) {
@@ -273,7 +273,7 @@ turns:
   - tool_calls: [{name: read_handle, args: {handle: "blob:../../etc/passwd"}}]
   - text: ok
 `})
-	if _, err := f.p.Store.PutBlob(context.Background(), other); err != nil {
+	if _, err := f.p.Store.Blobs(testTenant).PutBlob(context.Background(), other); err != nil {
 		t.Fatal(err)
 	}
 	run, evs := f.run("t")
@@ -358,7 +358,7 @@ turns:
 	if mutations.Load() != before {
 		t.Fatal("verify executed a tool")
 	}
-	rep, err := trace.Verify(context.Background(), f.p.Store, run.ID)
+	rep, err := trace.Verify(context.Background(), f.source(), run.ID)
 	if err != nil || !rep.OK() || rep.Prompts != 3 {
 		t.Fatalf("trace verify: %+v %v", rep, err)
 	}

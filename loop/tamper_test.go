@@ -73,7 +73,7 @@ func bigBlobPath(t *testing.T, f *fixture, runID string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f.p.Store.(*sqlite.Store).BlobPath(sum) // the fixture's store is the embedded one
+	return f.p.Store.(*sqlite.Store).BlobPath(testTenant, sum) // the fixture's store is the embedded one
 }
 
 func openDB(t *testing.T, f *fixture) *sql.DB {
@@ -89,7 +89,7 @@ func openDB(t *testing.T, f *fixture) *sql.DB {
 // verifyProblems runs trace verify and returns what it reports.
 func verifyProblems(t *testing.T, f *fixture, runID string) string {
 	t.Helper()
-	rep, err := trace.Verify(context.Background(), f.p.Store, runID)
+	rep, err := trace.Verify(context.Background(), f.source(), runID)
 	if err != nil {
 		t.Fatal(err)
 	}

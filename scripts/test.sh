@@ -11,6 +11,9 @@ TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
 export PATH="$TOOLS/bin:$PATH"
 mkdir -p "$TOOLS/bin"
 
+# A test whose dependency is missing fails here instead of skipping.
+export AGENTPLANE_TEST_STRICT=1
+
 step() { printf '\n=== %s\n' "$*"; }
 
 install_go_tool() { # name module@version
@@ -40,6 +43,7 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 . scripts/setup-mcp.sh
 . scripts/setup-chromium.sh # the run viewer's browser tests (web/); exports AGENTPLANE_CHROMIUM
 . scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
+. scripts/setup-s3.sh # versitygw, the S3-compatible server of the blob tests (exports AGENTPLANE_S3_SERVER)
 . scripts/setup-postgres.sh; trap pg_stop_test_cluster EXIT # PostgreSQL on loopback: AGENTPLANE_TEST_POSTGRES
 # A test whose external dependency is missing fails instead of skipping.
 export AGENTPLANE_TEST_STRICT=1

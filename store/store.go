@@ -15,6 +15,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"regexp"
 	"time"
 )
 
@@ -234,21 +236,68 @@ type EventStore interface {
 	Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error)
 }
 
-// BlobStore is a content-addressed store of payloads keyed by sha256.
-// Blobs are shared by content across tenants; who may read one is decided
-// above the store, from what the platform recorded in a run's log (see
-// trace.BlobRefs), never by knowing a hash.
+// BlobStore is one tenant's content-addressed store of payloads keyed by
+// sha256. It is obtained from Blobs.Blobs(tenant) and sees only what that
+// tenant put: a hash another tenant stored is, to it, a hash nobody stored.
 type BlobStore interface {
 	// PutBlob stores data durably and returns its sha256. It writes the
 	// bytes even when a blob of that hash exists, so a damaged copy is
 	// replaced by the next put of the right content, and a put does the same
-	// work whether or not anyone stored the content before.
+	// work whether or not anyone stored the content before. Data larger
+	// than MaxBlobSize is refused.
 	PutBlob(ctx context.Context, data []byte) ([32]byte, error)
 	// GetBlob returns the blob's bytes after checking they hash to sum:
 	// bytes that do not are never returned (an error wrapping ErrCorrupt).
+	// A hash the tenant never put is ErrNotFound, whoever else put it.
 	GetBlob(ctx context.Context, sum [32]byte) ([]byte, error)
-	// BlobSize reports the stored size, or ErrNotFound.
+	// BlobSize reports the stored size, or ErrNotFound as GetBlob does.
 	BlobSize(ctx context.Context, sum [32]byte) (int64, error)
+}
+
+// Blobs keeps every tenant's blobs, each tenant's apart from the others',
+// so that no tenant can read another's content, or learn that it exists,
+// by its hash. Which runs of a tenant may read one of its blobs is decided
+// above the store, from the run's log (trace.BlobRefs).
+//
+// Blobs is chosen independently of the rest of the Store (the blob folder
+// of the data directory, or an S3-compatible bucket) and is safe for
+// concurrent use.
+type Blobs interface {
+	// Blobs returns tenant's blob store. A tenant name that is not valid
+	// (CheckTenant) gives a store whose every call fails with an error
+	// wrapping ErrInvalidTenant.
+	Blobs(tenant string) BlobStore
+}
+
+// RefuseBlobs returns a BlobStore whose every call fails with err: what
+// Blobs returns for a tenant name it refuses.
+func RefuseBlobs(err error) BlobStore { return refusedBlobs{err} }
+
+type refusedBlobs struct{ err error }
+
+func (r refusedBlobs) PutBlob(context.Context, []byte) ([32]byte, error) { return [32]byte{}, r.err }
+func (r refusedBlobs) GetBlob(context.Context, [32]byte) ([]byte, error) { return nil, r.err }
+func (r refusedBlobs) BlobSize(context.Context, [32]byte) (int64, error) { return 0, r.err }
+
+// MaxBlobSize bounds one blob: puts of more are refused and reads never
+// take more than this from a back end.
+const MaxBlobSize = 64 << 20
+
+// ErrInvalidTenant is wrapped by every call on the blob store of a tenant
+// name that CheckTenant refuses.
+var ErrInvalidTenant = errors.New("invalid tenant name")
+
+var reTenant = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
+
+// CheckTenant refuses a tenant name that could not have been created
+// (package authz allows letters, digits and . _ @ + -, starting with a
+// letter or digit, at most 128), so that a name never climbs out of its own
+// folder or key prefix.
+func CheckTenant(tenant string) error {
+	if !reTenant.MatchString(tenant) {
+		return fmt.Errorf("%w %q: want letters, digits and . _ @ + -, starting with a letter or digit, at most 128", ErrInvalidTenant, tenant)
+	}
+	return nil
 }
 
 // AgentVersion is one immutable agent definition.
@@ -339,7 +388,7 @@ type SignalStore interface {
 type Store interface {
 	RunStore
 	EventStore
-	BlobStore
+	Blobs
 	AgentStore
 	ToolStore
 	SignalStore

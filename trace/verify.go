@@ -13,8 +13,26 @@ import (
 	"github.com/agentplane/agentplane/store"
 )
 
-// Source is what observability replay reads.
+// Source is what observability replay reads: run logs and the blobs of
+// one tenant, the tenant of the runs read (SourceFor).
 type Source interface {
+	store.EventStore
+	store.BlobStore
+}
+
+// Stores hold run logs and every tenant's blobs (a store.Store does).
+type Stores interface {
+	store.EventStore
+	store.Blobs
+}
+
+// SourceFor returns the Source of tenant's runs in st: their events, and
+// the blobs of that tenant only.
+func SourceFor(st Stores, tenant string) Source {
+	return tenantSource{st, st.Blobs(tenant)}
+}
+
+type tenantSource struct {
 	store.EventStore
 	store.BlobStore
 }
@@ -221,6 +239,31 @@ func BlobRefs(ev *store.Event) ([]Content, error) {
 	for _, c := range cs {
 		if c.IsBlob() {
 			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// RunBlobs returns the hashes of the blobs evs refer to (BlobRefs), once
+// each, in the order first named: the blobs a copy of the run must carry
+// into the run's tenant.
+func RunBlobs(evs []store.Event) ([][32]byte, error) {
+	var out [][32]byte
+	seen := map[[32]byte]bool{}
+	for i := range evs {
+		refs, err := BlobRefs(&evs[i])
+		if err != nil {
+			return nil, fmt.Errorf("seq %d: %w", evs[i].Seq, err)
+		}
+		for _, c := range refs {
+			sum, err := c.Sum()
+			if err != nil {
+				return nil, fmt.Errorf("seq %d: %w", evs[i].Seq, err)
+			}
+			if !seen[sum] {
+				seen[sum] = true
+				out = append(out, sum)
+			}
 		}
 	}
 	return out, nil

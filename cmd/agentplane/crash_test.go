@@ -158,7 +158,7 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 			t.Errorf("run %s: status %s", r.ID, r.Status)
 			continue
 		}
-		rep, err := trace.Verify(ctx, p.Store, r.ID)
+		rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, r.Tenant), r.ID)
 		if err != nil || !rep.OK() {
 			t.Errorf("run %s: verify %+v %v", r.ID, rep, err)
 		}

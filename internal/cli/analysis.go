@@ -124,7 +124,7 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.printAnalysis(p, run.ID); err != nil {
+	if err := c.printAnalysis(p, run); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "  agentplane trace %s --data %s\n", run.ID, shellQuote(cm.data))
@@ -140,8 +140,8 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 
 // printAnalysis summarises the run_python call: what the code found and
 // what the host measured at the sandbox boundary.
-func (c *command) printAnalysis(p *platform.Platform, runID string) error {
-	evs, err := p.Store.Events(c.ctx, runID, 0, 0)
+func (c *command) printAnalysis(p *platform.Platform, run *store.Run) error {
+	evs, err := p.Store.Events(c.ctx, run.ID, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (c *command) printAnalysis(p *platform.Platform, runID string) error {
 			fmt.Fprintf(c.out, "\nrun_python did not run: %s\n", clean(r.Output.Text, 300))
 			return nil
 		}
-		out, err := trace.Load(c.ctx, p.Store, r.Output)
+		out, err := trace.Load(c.ctx, p.Store.Blobs(run.Tenant), r.Output)
 		if err != nil {
 			return err
 		}

@@ -139,7 +139,9 @@ Exit status: 0 success; 1 an error, or a run that ended other than completed
 failed tasks or a regression (eval); 2 a usage error; 3 the run waits for an
 approval (run, replay: decide it, then agentplane worker).
 
-Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane).
+Every command accepts --data DIR (env AGENTPLANE_DATA, default ./.agentplane)
+and --blobs s3://BUCKET?endpoint=URL... (env AGENTPLANE_BLOBS, or blobs: in
+DATA/storage.yaml; default the blob folder DATA/blobs).
 With AGENTPLANE_SERVER=URL and AGENTPLANE_TOKEN=KEY set, run, runs, trace, approvals,
 approve, reject, edit, cancel and message are clients of that server instead.
 Run 'agentplane COMMAND -h' for a command's flags.
@@ -156,6 +158,7 @@ type command struct {
 type common struct {
 	data     string
 	store    string
+	blobs    string
 	models   string
 	verbose  bool
 	leaseTTL time.Duration
@@ -176,6 +179,8 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 	}
 	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
 	fs.StringVar(&cm.store, "store", os.Getenv("AGENTPLANE_STORE"), "run store: postgres://USER@HOST:PORT/DB shared by many processes (password from PGPASSWORD or ~/.pgpass), or empty for the embedded SQLite store in DATA (env AGENTPLANE_STORE; default the store key of DATA/api.yaml)")
+	fs.StringVar(&cm.blobs, "blobs", os.Getenv("AGENTPLANE_BLOBS"),
+		"where blobs are kept: s3://BUCKET?endpoint=URL&region=R&prefix=P&path_style=true (key in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or an absolute folder (env AGENTPLANE_BLOBS; default: blobs in DATA/storage.yaml, else DATA/blobs)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
 	cm.leaseTTL = 15 * time.Second
 	if executesRuns[name] || strings.HasPrefix(name, "models") {
@@ -262,6 +267,10 @@ func exitStatus(name string) string {
 var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
 
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
+	blobs, err := blobsOf(cm)
+	if err != nil {
+		return nil, err
+	}
 	if cm.store == "" {
 		cfg, err := loadAPIConfig("", cm.data)
 		if err != nil {
@@ -269,7 +278,7 @@ func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Pla
 		}
 		cm.store = cfg.Store
 	}
-	o := platform.Options{DataDir: cm.data, Store: cm.store, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
+	o := platform.Options{DataDir: cm.data, Store: cm.store, Blobs: blobs, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
 		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions(),
 		Telemetry: platform.TelemetryOptions{OTLP: cm.otlp}}
 	if cm.verbose {

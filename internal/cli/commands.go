@@ -425,7 +425,7 @@ func (c *command) trace(args []string) error {
 		return err
 	}
 	if verify {
-		return c.printVerify(p.Store, runID, run.Status)
+		return c.printVerify(trace.SourceFor(p.Store, run.Tenant), runID, run.Status)
 	}
 	evs, err := p.Store.Events(c.ctx, runID, 0, 0)
 	if err != nil {
@@ -442,7 +442,7 @@ func (c *command) trace(args []string) error {
 	if err != nil {
 		return err
 	}
-	return printTrace(c.ctx, c.out, p.Store, evs, *full, pol)
+	return printTrace(c.ctx, c.out, trace.SourceFor(p.Store, run.Tenant), evs, *full, pol)
 }
 
 func (c *command) worker(args []string) error {

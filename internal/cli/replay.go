@@ -132,7 +132,7 @@ func decisions(ctx context.Context, p *platform.Platform, runID string) (*runDec
 			_ = json.Unmarshal(ev.Payload, &a)
 			text := a.Args.Text
 			if a.Args.IsBlob() {
-				b, _ := trace.Load(ctx, p.Store, a.Args)
+				b, _ := trace.Load(ctx, p.Store.Blobs(run.Tenant), a.Args)
 				text = string(b)
 			}
 			args[[2]int{ev.Step, a.Index}] = text

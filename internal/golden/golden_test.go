@@ -157,7 +157,7 @@ func TestGoldenLogs(t *testing.T) {
 			}
 			st := openStore(t, data)
 			for _, r := range fx.Runs {
-				rep, err := trace.Verify(ctx, st, r.Row.ID)
+				rep, err := trace.Verify(ctx, trace.SourceFor(st, r.Row.Tenant), r.Row.ID)
 				if err != nil || !rep.OK() {
 					t.Fatalf("trace verify %s: %+v %v", r.Row.ID, rep, err)
 				}
@@ -218,7 +218,7 @@ func TestGoldenTamperedFails(t *testing.T) {
 				seq := flipPayloadByte(t, r.Events)
 				data := importFixture(t, fx)
 				st := openStore(t, data)
-				rep, err := trace.Verify(ctx, st, r.Row.ID)
+				rep, err := trace.Verify(ctx, trace.SourceFor(st, r.Row.Tenant), r.Row.ID)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -253,14 +253,14 @@ func TestGoldenTamperedFails(t *testing.T) {
 				// A blob edited in the store after import fails verification.
 				data := importFixture(t, fx)
 				st = openStore(t, data)
-				if err := os.WriteFile(st.BlobPath(sum), flipped(fx.Blobs[sum]), 0o600); err != nil {
-					t.Fatal(err)
-				}
 				for _, r := range fx.Runs {
 					if !referencesBlob(r.Events, sum) {
 						continue
 					}
-					rep, err := trace.Verify(ctx, st, r.Row.ID)
+					if err := os.WriteFile(st.BlobPath(r.Row.Tenant, sum), flipped(fx.Blobs[sum]), 0o600); err != nil {
+						t.Fatal(err)
+					}
+					rep, err := trace.Verify(ctx, trace.SourceFor(st, r.Row.Tenant), r.Row.ID)
 					if err != nil {
 						t.Fatal(err)
 					}

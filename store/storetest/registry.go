@@ -11,43 +11,6 @@ import (
 	"github.com/agentplane/agentplane/store"
 )
 
-func testBlobs(t *testing.T, s store.Store) {
-	for _, data := range [][]byte{
-		[]byte(`{"tool":"lookup_order","result":"shipped"}`),
-		bytes.Repeat([]byte{0, 1, 2, 0xff}, 300_000), // larger than one page, not UTF-8
-		{},
-	} {
-		sum, err := s.PutBlob(t.Context(), data)
-		ok(t, "PutBlob", err)
-		if sum != sha256.Sum256(data) {
-			t.Fatalf("PutBlob = %x, want sha256 %x", sum[:6], sha256.Sum256(data))
-		}
-		got, err := s.GetBlob(t.Context(), sum)
-		ok(t, "GetBlob", err)
-		if !bytes.Equal(got, data) {
-			t.Fatalf("GetBlob(%x) = %d bytes, want the %d stored", sum[:6], len(got), len(data))
-		}
-		size, err := s.BlobSize(t.Context(), sum)
-		ok(t, "BlobSize", err)
-		if size != int64(len(data)) {
-			t.Fatalf("BlobSize = %d, want %d", size, len(data))
-		}
-		again, err := s.PutBlob(t.Context(), slices.Clone(data))
-		ok(t, "PutBlob(same content again)", err)
-		if again != sum {
-			t.Fatalf("second PutBlob = %x, want %x", again[:6], sum[:6])
-		}
-		if got, err := s.GetBlob(t.Context(), sum); err != nil || !bytes.Equal(got, data) {
-			t.Fatalf("GetBlob after second put: %d bytes, %v", len(got), err)
-		}
-	}
-	missing := sha256.Sum256([]byte("never stored"))
-	_, err := s.GetBlob(t.Context(), missing)
-	wantErr(t, "GetBlob(missing)", err, store.ErrNotFound)
-	_, err = s.BlobSize(t.Context(), missing)
-	wantErr(t, "BlobSize(missing)", err, store.ErrNotFound)
-}
-
 func agentVersion(name string, version int, spec string) *store.AgentVersion {
 	return &store.AgentVersion{
 		Name: name, Version: version, Spec: []byte(spec), SpecHash: sha256.Sum256([]byte(spec)),

@@ -40,7 +40,9 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Events", func(t *testing.T) { testEvents(t, newStore) })
 	t.Run("GroupCommit", func(t *testing.T) { testGroupCommit(t, newStore(t)) })
 	t.Run("FailureIsolation", func(t *testing.T) { testFailureIsolation(t, newStore(t)) })
-	t.Run("Blobs", func(t *testing.T) { testBlobs(t, newStore(t)) })
+	t.Run("Blobs", func(t *testing.T) {
+		testBlobs(t, func(t *testing.T) BlobBackend { return BlobBackend{Blobs: newStore(t)} })
+	})
 	t.Run("Agents", func(t *testing.T) { testAgents(t, newStore(t)) })
 	t.Run("Tools", func(t *testing.T) { testTools(t, newStore(t)) })
 	t.Run("Signals", func(t *testing.T) { testSignals(t, newStore(t)) })
