@@ -239,12 +239,12 @@ func (s *Server) StartWorkers() error {
 		return errors.New("api: StartWorkers before Start")
 	}
 	ns := &notifyingStore{Backend: s.st, hub: s.hub}
-	general, err := engine.New(engine.Options{Store: ns, Workflow: s.p.Loop.Workflow, LeaseTTL: s.o.LeaseTTL,
+	general, err := engine.New(engine.Options{Store: ns, Workflow: s.p.Loop.Workflow, Activities: s.p.Loop.Activities(), LeaseTTL: s.o.LeaseTTL,
 		Poll: s.o.Poll, Clock: s.clock, Logger: s.log})
 	if err != nil {
 		return err
 	}
-	reserve, err := engine.New(engine.Options{Store: &interactiveStore{notifyingStore: ns}, Workflow: s.p.Loop.Workflow,
+	reserve, err := engine.New(engine.Options{Store: &interactiveStore{notifyingStore: ns}, Workflow: s.p.Loop.Workflow, Activities: s.p.Loop.Activities(),
 		LeaseTTL: s.o.LeaseTTL, Poll: s.o.Poll / 5, Clock: s.clock, Logger: s.log})
 	if err != nil {
 		return err

@@ -173,11 +173,11 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	}
 	p.Loop, err = loop.New(loop.Options{Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
 		OnDelta: p.Deltas.publish, Approvers: p.Directory,
-		Source: st, ReplaySpec: p.replaySpec, Logger: o.Logger})
+		Blobs: st, ReplaySpec: p.replaySpec, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
-	p.Engine, err = engine.New(engine.Options{Store: es, Workflow: p.Loop.Workflow, LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
+	p.Engine, err = engine.New(engine.Options{Store: es, Workflow: p.Loop.Workflow, Activities: p.Loop.Activities(), LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
