@@ -171,7 +171,7 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	}
 }
 
-func TestSuspendAndSignalWake(t *testing.T) {
+func TestAwaitParksUntilSignal(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir())
 	wf := func(ctx context.Context, env engine.Env) (engine.Outcome, error) {
