@@ -242,16 +242,21 @@ func (e *env) Record(ctx context.Context, typ string, step int, d Durability, pa
 		return Event{}, fmt.Errorf("%w: %s at step %d", ErrWouldGoLive, typ, step)
 	}
 	var b []byte
+	var err error
 	switch p := payload.(type) {
 	case []byte:
 		b = p
 	case json.RawMessage:
 		b = p
+	case json.Marshaler:
+		// A payload built only when appended (a replayed record costs
+		// nothing); its encoder is trusted to write valid JSON.
+		b, err = p.MarshalJSON()
 	default:
-		var err error
-		if b, err = json.Marshal(payload); err != nil {
-			return Event{}, fmt.Errorf("record %s: %w", typ, err)
-		}
+		b, err = json.Marshal(payload)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("record %s: %w", typ, err)
 	}
 	return e.appendOne(ctx, typ, step, d, b)
 }
