@@ -3,7 +3,9 @@
 // gateway, sends each proposed tool call through the broker, and records
 // everything in the run's event log. Because every input arrives through a
 // recorded event, re-running the loop over a run's log reproduces the run
-// without calling a model or a tool.
+// without calling a model or a tool. Its effects are named activities with
+// serialisable inputs (activities.go), run and recorded by the engine, so
+// they can run on another engine's workers.
 //
 // Approvals (approval.go) chain until approvers cover every group a call
 // needs; an edit is decided again by the broker as a new call. Taint
