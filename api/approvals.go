@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -91,7 +91,7 @@ func handleGetApproval(s *Server, w http.ResponseWriter, r *http.Request, p *Pri
 }
 
 func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, _ map[string]string) {
-	pend, err := s.p.PendingApprovals(r.Context(), p.Tenant)
+	pend, err := s.p.Runs.PendingApprovals(r.Context(), p.Tenant)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -156,7 +156,7 @@ func handleDecide(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, &httpError{http.StatusConflict, "approval_not_pending", "a decision on approval " + id + " is already on its way to the run"})
 		return
 	}
-	if err := s.p.DecideApproval(r.Context(), platform.DecideRequest{ApprovalID: id, Tenant: p.Tenant, Decider: p.User,
+	if err := s.p.Runs.Decide(r.Context(), runs.DecideRequest{ApprovalID: id, Tenant: p.Tenant, Decider: p.User,
 		Decision: req.Decision, Args: req.Args, Comment: req.Comment}); err != nil {
 		s.fail(w, r, err)
 		return

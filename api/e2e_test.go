@@ -315,8 +315,8 @@ func TestEndToEndKillRestart(t *testing.T) {
 		if rep, err := trace.Verify(ctx, p.Store, id); err != nil || !rep.OK() {
 			t.Errorf("run %d: trace verify: %+v %v", i, rep, err)
 		}
-		if _, n, err := p.Engine.Verify(ctx, id); err != nil || n != len(evs) {
-			t.Errorf("run %d: deterministic re-run consumed %d of %d events: %v", i, n, len(evs), err)
+		if v, err := p.Engine.Verify(ctx, id); err != nil || v.Events != len(evs) {
+			t.Errorf("run %d: deterministic re-run consumed %d of %d events: %v", i, v.Events, len(evs), err)
 		}
 		ct, err := bankOf(p).CountersForRun(ctx, id)
 		if err != nil {

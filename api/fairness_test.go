@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"github.com/agentplane/agentplane/runs"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,7 +12,7 @@ import (
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/api"
-	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
 )
 
@@ -94,7 +95,7 @@ func measureFairness(t testing.TB) fairness {
 		o.NoWorkers = true // started once the backlog is queued
 	}})
 	ctx := context.Background()
-	// A's backlog goes straight into the store: queued runs exactly as
+	// A's backlog goes straight to the engine: queued runs exactly as
 	// POST /v1/runs makes them (that path is tested elsewhere), without
 	// resolving the agent 1,000 times.
 	d, version, err := f.p.Registry.Resolve(ctx, demoAgent, "", agent.ResolveOptions{})
@@ -104,12 +105,12 @@ func measureFairness(t testing.TB) fairness {
 	aRuns := make([]string, backlog)
 	t0 := time.Now()
 	for i := range aRuns {
-		r := &store.Run{ID: platform.NewRunID(), Tenant: bankTenant, User: priya, Agent: d.Agent, AgentVersion: version,
-			Task: fmt.Sprintf("%s (%d)", demoTask, i), Mode: "async", Status: store.StatusQueued, Currency: d.Budgets.Currency}
-		if err := f.p.Store.CreateRun(ctx, r); err != nil {
+		r, err := f.p.Engine.Start(ctx, engine.StartRequest{RunID: runs.NewRunID(), Tenant: bankTenant, User: priya, Agent: d.Agent,
+			AgentVersion: version, AgentHash: d.Hash(), Task: fmt.Sprintf("%s (%d)", demoTask, i), Mode: "async", Currency: d.Budgets.Currency})
+		if err != nil {
 			t.Fatal(err)
 		}
-		aRuns[i] = r.ID
+		aRuns[i] = r.RunID
 	}
 	t.Logf("tenant A: %d background runs queued in %v", backlog, time.Since(t0).Round(time.Millisecond))
 	if err := f.srv.StartWorkers(); err != nil {

@@ -43,13 +43,14 @@ type fixture struct {
 type fixtureOptions struct {
 	config       string
 	apiOptions   func(*api.Options)
+	platform     func(*platform.Options)
 	modelLatency time.Duration
 }
 
 // newFixture starts the demo API (see apitest.Start).
 func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	t.Helper()
-	s := apitest.Start(t, apitest.Options{Config: fo.config, API: fo.apiOptions, ModelLatency: fo.modelLatency})
+	s := apitest.Start(t, apitest.Options{Config: fo.config, API: fo.apiOptions, Platform: fo.platform, ModelLatency: fo.modelLatency})
 	return &fixture{t: t, dir: s.Dir, p: s.Platform, srv: s.API, http: s.HTTP, clock: s.Clock, keys: s.Keys}
 }
 

@@ -12,8 +12,8 @@ import (
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/internal/jsoncanon"
-	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/render"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -110,7 +110,7 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 		s.fail(w, r, badRequest("Idempotency-Key must be at most %d printable ASCII characters", maxIdempotencyKey))
 		return
 	}
-	run, replayed, err := s.createRun(r.Context(), p, key, body, platform.StartRequest{Agent: ref, Task: task,
+	run, replayed, err := s.createRun(r.Context(), p, key, body, runs.StartRequest{Agent: ref, Task: task,
 		Tenant: p.Tenant, User: p.User, Mode: req.Mode, Bindings: req.Bindings, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
 		s.fail(w, r, err)
@@ -141,10 +141,10 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 // with the same idempotency key created. The key is reserved (bound to the
 // request's hash and a fresh run id) before the run is created, so a crash
 // in between leaves a key whose retry creates the run under that same id.
-func (s *Server) createRun(ctx context.Context, p *Principal, key string, body []byte, sr platform.StartRequest) (*store.Run, bool, error) {
+func (s *Server) createRun(ctx context.Context, p *Principal, key string, body []byte, sr runs.StartRequest) (*store.Run, bool, error) {
 	unlock := s.admits.lock(p.Tenant)
 	defer unlock()
-	sr.ID = platform.NewRunID()
+	sr.ID = runs.NewRunID()
 	var reserved *store.Idempotency
 	if key != "" {
 		hash, err := requestHash(body)
@@ -184,7 +184,7 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		release()
 		return nil, false, err
 	}
-	run, err := s.p.StartRun(ctx, sr)
+	run, err := s.p.Runs.Start(ctx, sr)
 	if err != nil {
 		release()
 		var ua *agent.UnknownAliasError
@@ -197,7 +197,7 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, notFound("agent")
 		}
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, platform.ErrDirectory) {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, runs.ErrDirectory) {
 			return nil, false, err // 409; a platform failure is a 500 without details
 		}
 		return nil, false, &httpError{http.StatusUnprocessableEntity, "invalid_run", err.Error()}
@@ -446,8 +446,9 @@ func handleMessage(s *Server, w http.ResponseWriter, r *http.Request, p *Princip
 		s.fail(w, r, badRequest("text is required, at most 64 KiB"))
 		return
 	}
-	payload, _ := trace.MessagePayload(req.Text)
-	s.signal(w, r, p, params["run_id"], trace.SignalMessage, payload)
+	s.signal(w, r, p, params["run_id"], trace.SignalMessage, func(ctx context.Context, run *store.Run) (*store.Run, error) {
+		return s.p.Runs.Message(ctx, runs.MessageRequest{RunID: run.ID, Tenant: p.Tenant, Text: req.Text})
+	})
 }
 
 func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
@@ -458,21 +459,25 @@ func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 			return
 		}
 	}
-	payload, _ := json.Marshal(map[string]string{"reason": req.Reason, "by": p.User})
-	s.signal(w, r, p, params["run_id"], trace.SignalCancel, payload)
+	s.signal(w, r, p, params["run_id"], trace.SignalCancel, func(ctx context.Context, run *store.Run) (*store.Run, error) {
+		return s.p.Runs.Cancel(ctx, runs.CancelRequest{RunID: run.ID, Tenant: p.Tenant, By: p.User, Reason: req.Reason})
+	})
 }
 
-func (s *Server) signal(w http.ResponseWriter, r *http.Request, p *Principal, runID, kind string, payload []byte) {
+// signal finds the caller's run and sends it kind through send (a use
+// case of package runs); a run that has ended is a 409.
+func (s *Server) signal(w http.ResponseWriter, r *http.Request, p *Principal, runID, kind string,
+	send func(context.Context, *store.Run) (*store.Run, error)) {
 	run, err := s.runOf(r.Context(), p, runID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if store.Terminal(run.Status) {
-		s.fail(w, r, conflict("run %s has ended (%s)", run.ID, run.Status))
-		return
+	run, err = send(r.Context(), run)
+	if errors.Is(err, runs.ErrRunEnded) {
+		err = conflict("%v", err)
 	}
-	if err := s.st.SendSignal(r.Context(), &store.Signal{RunID: run.ID, Kind: kind, Payload: payload, CreatedAt: s.clock().UTC()}); err != nil {
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -504,7 +509,7 @@ func handleReplay(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, err)
 		return
 	}
-	run, err := s.p.Replay(r.Context(), platform.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
+	run, err := s.p.Runs.Replay(r.Context(), runs.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
 		ModelAlias: req.ModelAlias, Instructions: req.Instructions, Mode: req.Mode, Mocks: req.Mocks, Tenant: p.Tenant, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
 		if ve := versionError(err); ve != nil {

@@ -35,6 +35,7 @@ import (
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -238,14 +239,23 @@ func (s *Server) StartWorkers() error {
 	if s.ctx == nil {
 		return errors.New("api: StartWorkers before Start")
 	}
+	emb := s.p.Embedded
+	if emb == nil {
+		// Another engine's workers: one pool, scheduled by that engine.
+		s.goRun(func() { s.work(s.ctx, s.p.Engine, s.o.Workers+s.o.InteractiveWorkers) })
+		return nil
+	}
+	// The embedded engine's pools claim through the API's store: fair
+	// queuing between tenants, a reserve for interactive runs, and every
+	// append and release wakes the streams at once.
 	ns := &notifyingStore{Backend: s.st, hub: s.hub}
-	general, err := engine.New(engine.Options{Store: ns, Workflow: s.p.Loop.Workflow, Activities: s.p.Loop.Activities(), LeaseTTL: s.o.LeaseTTL,
-		Poll: s.o.Poll, Clock: s.clock, Logger: s.log})
+	po := engine.PoolOptions{Wrap: func(store.Store) store.Store { return ns }, LeaseTTL: s.o.LeaseTTL, Poll: s.o.Poll, Clock: s.clock, Logger: s.log}
+	general, err := emb.Pool(po)
 	if err != nil {
 		return err
 	}
-	reserve, err := engine.New(engine.Options{Store: &interactiveStore{notifyingStore: ns}, Workflow: s.p.Loop.Workflow, Activities: s.p.Loop.Activities(),
-		LeaseTTL: s.o.LeaseTTL, Poll: s.o.Poll / 5, Clock: s.clock, Logger: s.log})
+	po.Wrap, po.Poll = func(store.Store) store.Store { return &interactiveStore{notifyingStore: ns} }, s.o.Poll/5
+	reserve, err := emb.Pool(po)
 	if err != nil {
 		return err
 	}
@@ -254,7 +264,7 @@ func (s *Server) StartWorkers() error {
 	return nil
 }
 
-func (s *Server) work(ctx context.Context, e *engine.Engine, n int) {
+func (s *Server) work(ctx context.Context, e engine.Engine, n int) {
 	for ctx.Err() == nil {
 		// Work returns early only with the first error of a run; keep going.
 		if err := e.Work(ctx, engine.WorkOptions{Concurrency: n}); err != nil && ctx.Err() == nil {
@@ -420,9 +430,9 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, "not_found", "not found")
 	case errors.Is(err, store.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
-	case errors.Is(err, platform.ErrApprovalNotPending):
+	case errors.Is(err, runs.ErrApprovalNotPending):
 		writeError(w, http.StatusConflict, "approval_not_pending", err.Error())
-	case errors.Is(err, platform.ErrNotApprover):
+	case errors.Is(err, runs.ErrNotApprover):
 		writeError(w, http.StatusForbidden, "not_approver", err.Error())
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads the answer.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/agentplane/agentplane/runs"
 	"os"
 	"runtime"
 	"strconv"
@@ -86,7 +87,7 @@ func parkRuns(tb testing.TB, n int) (*apitest.Server, parked, []string) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 8 {
-				r, err := s.Platform.StartRun(ctx, platform.StartRequest{Agent: apitest.DemoAgent, Task: "refund " + strconv.Itoa(i),
+				r, err := s.Platform.Runs.Start(ctx, runs.StartRequest{Agent: apitest.DemoAgent, Task: "refund " + strconv.Itoa(i),
 					Tenant: apitest.BankTenant, User: apitest.Priya, Mode: "async"})
 				if err != nil {
 					tb.Error(err)

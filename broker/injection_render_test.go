@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"github.com/agentplane/agentplane/runs"
 	"slices"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func pinOldVersion(t *testing.T, p *platform.Platform, def *agent.Definition, pi
 	if want == nil {
 		t.Fatalf("pin.refused %q: want retired or alias_required", pin.Refused)
 	}
-	_, err := p.StartRun(ctx, platform.StartRequest{Agent: def.Agent + pin.Ref, Task: task, Tenant: tenant, User: user})
+	_, err := p.Runs.Start(ctx, runs.StartRequest{Agent: def.Agent + pin.Ref, Task: task, Tenant: tenant, User: user})
 	if !errors.Is(err, want) {
 		t.Fatalf("start on %s%s = %v, want it refused (%s)", def.Agent, pin.Ref, err, pin.Refused)
 	}

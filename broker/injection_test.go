@@ -15,6 +15,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/runs"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -456,11 +458,11 @@ func runScenario(t *testing.T, name string, sc *scenario, manifests []*tool.Mani
 	if sc.Pin != nil {
 		ref = pinOldVersion(t, p, def, sc.Pin, task, user)
 	}
-	run, err := p.StartRun(ctx, platform.StartRequest{Agent: ref, Task: task, Tenant: tenant, User: user, ID: "run_" + strings.ReplaceAll(name, "-", "_")})
+	run, err := p.Runs.Start(ctx, runs.StartRequest{Agent: ref, Task: task, Tenant: tenant, User: user, ID: "run_" + strings.ReplaceAll(name, "-", "_")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := p.Engine.Execute(ctx, run.ID)
+	got, err := p.Embedded.Execute(ctx, run.ID)
 	if err != nil {
 		t.Fatalf("execute: %v", err)
 	}
@@ -529,10 +531,10 @@ func act(t *testing.T, p *platform.Platform, runID, requester string, i int, a s
 	}
 	if a.Via == "message" {
 		msg, _ := json.Marshal(map[string]string{"text": a.Text})
-		if err := p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalMessage, Payload: msg}); err != nil {
+		if err := p.Engine.Signal(ctx, runID, engine.Signal{Kind: trace.SignalMessage, Payload: msg}); err != nil {
 			t.Fatal(err)
 		}
-		got, err := p.Engine.Execute(ctx, runID)
+		got, err := p.Embedded.Execute(ctx, runID)
 		if err != nil {
 			t.Fatalf("approvals[%d]: execute: %v", i, err)
 		}
@@ -553,7 +555,7 @@ func act(t *testing.T, p *platform.Platform, runID, requester string, i int, a s
 	}
 	switch a.Via {
 	case "api":
-		err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: target.ApprovalID, Tenant: tenant, Decider: decider, Decision: a.Decision,
+		err := p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: target.ApprovalID, Tenant: tenant, Decider: decider, Decision: a.Decision,
 			Args: edited, Comment: a.Comment})
 		if a.ExpectError != "" {
 			if err == nil || !strings.Contains(err.Error(), a.ExpectError) {
@@ -584,13 +586,13 @@ func act(t *testing.T, p *platform.Platform, runID, requester string, i int, a s
 		}
 		payload, _ := json.Marshal(trace.ApprovalSignal{ApprovalID: target.ApprovalID, Decision: a.Decision, ArgsHash: hash, Decider: decider,
 			Args: edited, Comment: a.Comment})
-		if err := p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalApproval, Payload: payload}); err != nil {
+		if err := p.Engine.Signal(ctx, runID, engine.Signal{Kind: trace.SignalApproval, Payload: payload}); err != nil {
 			t.Fatal(err)
 		}
 	default:
 		t.Fatalf("approvals[%d]: via %q", i, a.Via)
 	}
-	got, err := p.Engine.Execute(ctx, runID)
+	got, err := p.Embedded.Execute(ctx, runID)
 	if err != nil {
 		t.Fatalf("approvals[%d]: execute: %v", i, err)
 	}

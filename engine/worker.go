@@ -15,7 +15,7 @@ import (
 	"github.com/agentplane/agentplane/trace"
 )
 
-// Options configure an Engine.
+// Options configure a Worker and the Embedded engine.
 type Options struct {
 	Store    store.Store
 	Workflow Workflow
@@ -34,13 +34,14 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Engine executes runs of one workflow.
-type Engine struct {
+// Worker executes runs of one workflow: it claims them under leases and
+// drives them (Embedded is the Engine built on it).
+type Worker struct {
 	o Options
 }
 
-// New validates options and returns an engine.
-func New(o Options) (*Engine, error) {
+// New validates options and returns a worker.
+func New(o Options) (*Worker, error) {
 	if o.Store == nil || o.Workflow == nil {
 		return nil, errors.New("engine: Store and Workflow are required")
 	}
@@ -61,16 +62,16 @@ func New(o Options) (*Engine, error) {
 		host, _ := os.Hostname()
 		o.Owner = fmt.Sprintf("%s:%d:%08x", host, os.Getpid(), rand.Uint32())
 	}
-	return &Engine{o: o}, nil
+	return &Worker{o: o}, nil
 }
 
 // Owner returns this worker's lease owner name.
-func (e *Engine) Owner() string { return e.o.Owner }
+func (e *Worker) Owner() string { return e.o.Owner }
 
 // Execute claims the run and drives it until it ends or waits, returning
 // the run as stored afterwards. ErrNotFound means it is not runnable now (it
 // ended, waits, or another worker holds it).
-func (e *Engine) Execute(ctx context.Context, runID string) (*store.Run, error) {
+func (e *Worker) Execute(ctx context.Context, runID string) (*store.Run, error) {
 	run, err := e.o.Store.ClaimRunByID(ctx, runID, e.o.Owner, e.o.LeaseTTL, e.o.Clock())
 	if err != nil {
 		return nil, err
@@ -92,7 +93,7 @@ type WorkOptions struct {
 
 // Work claims and drives runnable runs until ctx ends (or, with UntilIdle,
 // until nothing is left to do).
-func (e *Engine) Work(ctx context.Context, wo WorkOptions) error {
+func (e *Worker) Work(ctx context.Context, wo WorkOptions) error {
 	if wo.Concurrency <= 0 {
 		wo.Concurrency = 4
 	}
@@ -162,7 +163,7 @@ func (e *Engine) Work(ctx context.Context, wo WorkOptions) error {
 
 // pending reports whether any run is queued or running (possibly under a
 // lease that will expire and be taken over).
-func (e *Engine) pending(ctx context.Context) (bool, error) {
+func (e *Worker) pending(ctx context.Context) (bool, error) {
 	for _, st := range []string{store.StatusQueued, store.StatusRunning} {
 		rs, err := e.o.Store.ListRuns(ctx, store.RunFilter{Status: st, Limit: 1})
 		if err != nil {
@@ -176,7 +177,7 @@ func (e *Engine) pending(ctx context.Context) (bool, error) {
 }
 
 // drive runs the workflow for a claimed run, renewing its lease meanwhile.
-func (e *Engine) drive(parent context.Context, run *store.Run) error {
+func (e *Worker) drive(parent context.Context, run *store.Run) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	stopRenew := make(chan struct{})
@@ -245,7 +246,7 @@ func (e *Engine) drive(parent context.Context, run *store.Run) error {
 	}
 }
 
-func (e *Engine) newEnv(ctx context.Context, run *store.Run, verify bool) (*env, error) {
+func (e *Worker) newEnv(ctx context.Context, run *store.Run, verify bool) (*env, error) {
 	evs, err := e.o.Store.Events(ctx, run.ID, 0, 0)
 	if err != nil {
 		return nil, err
@@ -265,7 +266,7 @@ func (e *Engine) newEnv(ctx context.Context, run *store.Run, verify bool) (*env,
 	return en, nil
 }
 
-func (e *Engine) runOnce(ctx context.Context, run *store.Run) (Outcome, error) {
+func (e *Worker) runOnce(ctx context.Context, run *store.Run) (Outcome, error) {
 	en, err := e.newEnv(ctx, run, false)
 	if err != nil {
 		return Outcome{}, err
@@ -277,7 +278,7 @@ func (e *Engine) runOnce(ctx context.Context, run *store.Run) (Outcome, error) {
 // model or tool. It fails if the code diverges from the log or needs an
 // effect the log lacks, and returns the outcome and the number of events
 // the code consumed.
-func (e *Engine) Verify(ctx context.Context, runID string) (Outcome, int, error) {
+func (e *Worker) Verify(ctx context.Context, runID string) (Outcome, int, error) {
 	run, err := e.o.Store.GetRun(ctx, runID)
 	if err != nil {
 		return Outcome{}, 0, err

@@ -17,6 +17,7 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
@@ -209,7 +210,7 @@ type Comparison struct {
 // In replay mode every recorded run is replayed twice, once per version,
 // each time in a fresh environment of its own: the recorded run is copied
 // into it, its simulated world is set up as the matching task's (by task
-// text), and platform.Replay re-runs it live from step 1 — the model is
+// text), and runs.Service.Replay re-runs it live from step 1 — the model is
 // asked again, calls that match the recording get the recorded results,
 // and from the first divergence tools without side effects run against
 // the environment's simulated world while calls with side effects get the
@@ -287,7 +288,7 @@ func (w *harness) replayTask(ctx context.Context, src *platform.Platform, run *s
 		return res
 	}
 	res.Setup = time.Since(start)
-	rp, err := e.p.Replay(ctx, platform.ReplayRequest{Of: run.ID, FromStep: 1, Agent: res.Version, Mode: trace.ReplayLive, Mocks: w.set.ReplayMocks})
+	rp, err := e.p.Runs.Replay(ctx, runs.ReplayRequest{Of: run.ID, FromStep: 1, Agent: res.Version, Mode: trace.ReplayLive, Mocks: w.set.ReplayMocks})
 	if err != nil {
 		res.Err = fmt.Errorf("replay of %s: %w", run.ID, err)
 		return res

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -59,25 +60,5 @@ func CopyRun(ctx context.Context, from, to Stores, runID string) error {
 			}
 		}
 	}
-	cp := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: r.Agent, AgentVersion: r.AgentVersion, Task: r.Task,
-		Mode: r.Mode, Status: r.Status, CreatedAt: r.CreatedAt, Currency: r.Currency, ParentRunID: r.ParentRunID, Bindings: r.Bindings}
-	if err := to.CreateRun(ctx, cp); err != nil {
-		return err
-	}
-	// A run that was never claimed has lease epoch 0, which is what the
-	// append is fenced with.
-	const batch = 512
-	for i := 0; i < len(evs) || i == 0; i += batch {
-		part := evs[i:min(i+batch, len(evs))]
-		req := store.AppendRequest{RunID: runID, Events: part}
-		if i+batch >= len(evs) {
-			req.Durable = true
-			req.Update = &store.RunUpdate{Status: &r.Status, Steps: &r.Steps, InputTokens: &r.InputTokens, OutputTokens: &r.OutputTokens,
-				CostMicros: &r.CostMicros, Currency: &r.Currency, CostUnknown: &r.CostUnknown, Result: &r.Result}
-		}
-		if err := to.Append(ctx, req); err != nil {
-			return fmt.Errorf("copy run %s: %w", runID, err)
-		}
-	}
-	return nil
+	return engine.ImportRun(ctx, to, r, evs)
 }

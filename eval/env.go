@@ -19,6 +19,7 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
@@ -168,7 +169,10 @@ const maxRounds = 64
 // human's, with the rule that made them as the comment.
 func (e *env) drive(ctx context.Context, runID string, pol *ApprovalPolicy) (*store.Run, error) {
 	for range maxRounds {
-		r, err := e.p.Engine.Execute(ctx, runID)
+		if err := e.p.Engine.Drive(ctx, runID); err != nil {
+			return nil, err
+		}
+		r, err := e.p.Store.GetRun(ctx, runID)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +182,7 @@ func (e *env) drive(ctx context.Context, runID string, pol *ApprovalPolicy) (*st
 		if r.Status != store.StatusWaiting {
 			return nil, fmt.Errorf("run %s stopped %s", runID, r.Status)
 		}
-		pend, err := e.p.PendingApprovals(ctx, r.Tenant)
+		pend, err := e.p.Runs.PendingApprovals(ctx, r.Tenant)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +200,7 @@ func (e *env) drive(ctx context.Context, runID string, pol *ApprovalPolicy) (*st
 			if rule >= 0 {
 				comment = fmt.Sprintf("eval approval policy: rule %d (%s)", rule, pol.Rules[rule].When)
 			}
-			if err := e.p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: r.Tenant,
+			if err := e.p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: r.Tenant,
 				Decider: pol.Decider, Decision: dec, Comment: comment}); err != nil {
 				return nil, err
 			}

@@ -21,7 +21,7 @@
 // throwaway directory with its own store and its own environment of the
 // world — in parallel, deciding approvals by the set's policy, and grades each run
 // (Grade). Compare runs two versions on the same work: recorded runs
-// replayed on each (platform.Replay, live from step 1, with the
+// replayed on each (runs.Service.Replay, live from step 1, with the
 // recording's results served while calls match and the set's mocks after a
 // divergence), or the set's tasks run live on each; it reports task
 // success, cost per successful task, steps p50 and p95, approval-override

@@ -12,6 +12,7 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/tool"
 )
 
@@ -204,7 +205,7 @@ func (w *harness) runTask(ctx context.Context, t *Task, d *agent.Definition, rec
 	}
 	defer e.close()
 	res.Setup = time.Since(start)
-	run, err := e.p.StartRun(ctx, platform.StartRequest{Agent: res.Version, Task: t.Text, Tenant: w.set.Tenant, User: w.set.User, Mode: "async"})
+	run, err := e.p.Runs.Start(ctx, runs.StartRequest{Agent: res.Version, Task: t.Text, Tenant: w.set.Tenant, User: w.set.User, Mode: "async"})
 	if err != nil {
 		res.Err = fmt.Errorf("task %s: %w", t.ID, err)
 		return res

@@ -206,7 +206,7 @@ func TestCopyRun(t *testing.T) {
 		t.Fatalf("copying twice: %v", err)
 	}
 	// The copy can never be claimed by a worker.
-	if _, err := dst.Engine.Execute(ctx, id); !errors.Is(err, store.ErrNotFound) {
+	if _, err := dst.Embedded.Execute(ctx, id); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("execute the copy: %v", err)
 	}
 }

@@ -4,13 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/runs"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
@@ -60,18 +61,18 @@ func (c *manualClock) add(d time.Duration) {
 func startWaiting(t *testing.T, f *fixture) (*store.Run, string) {
 	t.Helper()
 	ctx := context.Background()
-	r, err := f.p.StartRun(ctx, startReq())
+	r, err := f.p.Runs.Start(ctx, startReq())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := f.p.Engine.Execute(ctx, r.ID)
+	got, err := f.p.Embedded.Execute(ctx, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Status != store.StatusWaiting {
 		t.Fatalf("status %s, want waiting", got.Status)
 	}
-	pend, err := f.p.PendingApprovals(ctx, "t1")
+	pend, err := f.p.Runs.PendingApprovals(ctx, "t1")
 	if err != nil || len(pend) != 1 {
 		t.Fatalf("pending approvals = %d (%v), want 1", len(pend), err)
 	}
@@ -87,7 +88,7 @@ func startWaiting(t *testing.T, f *fixture) (*store.Run, string) {
 func resume(t *testing.T, f *fixture, runID string) (*store.Run, []store.Event) {
 	t.Helper()
 	ctx := context.Background()
-	got, err := f.p.Engine.Execute(ctx, runID)
+	got, err := f.p.Embedded.Execute(ctx, runID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestApprovalApproveRejectEdit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, fixtureOptions{script: payScript})
 			run, id := startWaiting(t, f)
-			err := f.p.DecideApproval(context.Background(), platform.DecideRequest{ApprovalID: id, Tenant: "t1", Decider: "bob",
+			err := f.p.Runs.Decide(context.Background(), runs.DecideRequest{ApprovalID: id, Tenant: "t1", Decider: "bob",
 				Decision: tc.decision, Args: json.RawMessage(tc.args), Comment: tc.comment})
 			if err != nil {
 				t.Fatal(err)
@@ -147,8 +148,8 @@ func TestApprovalApproveRejectEdit(t *testing.T) {
 				t.Fatalf("the model is not told the comment: %s", res.Output.Text)
 			}
 			// Re-running over the whole log, waits included, reproduces it.
-			if _, n, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || n != len(evs) {
-				t.Fatalf("verify: %d/%d %v", n, len(evs), err)
+			if v, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || v.Events != len(evs) {
+				t.Fatalf("verify: %d/%d %v", v.Events, len(evs), err)
 			}
 		})
 	}
@@ -161,7 +162,7 @@ func TestApprovalExpires(t *testing.T) {
 	ctx := context.Background()
 	// Not yet due: the waiting run is not claimable.
 	clk.add(23 * time.Hour)
-	if _, err := f.p.Engine.Execute(ctx, run.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.p.Embedded.Execute(ctx, run.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("claim before expiry: %v", err)
 	}
 	clk.add(2 * time.Hour)
@@ -187,16 +188,16 @@ func TestApprovalRefusals(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
-		req  platform.DecideRequest
+		req  runs.DecideRequest
 		want error
 	}{
-		{"requester approves own request", platform.DecideRequest{ApprovalID: id, Decider: "alice", Decision: "approve"}, platform.ErrNotApprover},
-		{"decider outside the group", platform.DecideRequest{ApprovalID: id, Decider: "carol", Decision: "approve"}, platform.ErrNotApprover},
-		{"another tenant", platform.DecideRequest{ApprovalID: id, Tenant: "t2", Decider: "bob", Decision: "approve"}, store.ErrNotFound},
-		{"unknown approval", platform.DecideRequest{ApprovalID: id + "9", Decider: "bob", Decision: "approve"}, nil},
+		{"requester approves own request", runs.DecideRequest{ApprovalID: id, Decider: "alice", Decision: "approve"}, runs.ErrNotApprover},
+		{"decider outside the group", runs.DecideRequest{ApprovalID: id, Decider: "carol", Decision: "approve"}, runs.ErrNotApprover},
+		{"another tenant", runs.DecideRequest{ApprovalID: id, Tenant: "t2", Decider: "bob", Decision: "approve"}, store.ErrNotFound},
+		{"unknown approval", runs.DecideRequest{ApprovalID: id + "9", Decider: "bob", Decision: "approve"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := f.p.DecideApproval(ctx, tc.req)
+			err := f.p.Runs.Decide(ctx, tc.req)
 			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -205,7 +206,7 @@ func TestApprovalRefusals(t *testing.T) {
 	// A forged signal that binds to other arguments is ignored: the run
 	// stays waiting and pays nothing.
 	forged, _ := json.Marshal(trace.ApprovalSignal{ApprovalID: id, Decision: "approve", ArgsHash: strings.Repeat("0", 64), Decider: "bob"})
-	if err := f.p.Store.SendSignal(ctx, &store.Signal{RunID: run.ID, Kind: trace.SignalApproval, Payload: forged}); err != nil {
+	if err := f.p.Engine.Signal(ctx, run.ID, engine.Signal{Kind: trace.SignalApproval, Payload: forged}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := resume(t, f, run.ID)
@@ -213,7 +214,7 @@ func TestApprovalRefusals(t *testing.T) {
 		t.Fatalf("forged approval: status %s, paid %v", got.Status, paidIn(run.ID))
 	}
 	// Cancel while waiting ends the run, recorded.
-	if err := f.p.Store.SendSignal(ctx, &store.Signal{RunID: run.ID, Kind: trace.SignalCancel, Payload: []byte(`{}`)}); err != nil {
+	if err := f.p.Engine.Cancel(ctx, run.ID, engine.Cancel{}); err != nil {
 		t.Fatal(err)
 	}
 	got, evs := resume(t, f, run.ID)
@@ -228,10 +229,10 @@ func TestMessageReachesTheModel(t *testing.T) {
 	run, id := startWaiting(t, f)
 	ctx := context.Background()
 	msg, _ := json.Marshal(map[string]string{"text": "the customer called back"})
-	if err := f.p.Store.SendSignal(ctx, &store.Signal{RunID: run.ID, Kind: trace.SignalMessage, Payload: msg}); err != nil {
+	if err := f.p.Engine.Signal(ctx, run.ID, engine.Signal{Kind: trace.SignalMessage, Payload: msg}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: id, Decider: "bob", Decision: "approve"}); err != nil {
+	if err := f.p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: id, Decider: "bob", Decision: "approve"}); err != nil {
 		t.Fatal(err)
 	}
 	_, evs := resume(t, f, run.ID)

@@ -96,7 +96,7 @@ func BenchmarkAggregateSteps(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					ids := make([]string, conc)
 					for j := range ids {
-						r, err := f.p.StartRun(ctx, startReq())
+						r, err := f.p.Runs.Start(ctx, startReq())
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -108,7 +108,7 @@ func BenchmarkAggregateSteps(b *testing.B) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							if _, err := f.p.Engine.Execute(ctx, id); err != nil {
+							if _, err := f.p.Embedded.Execute(ctx, id); err != nil {
 								b.Error(err)
 							}
 						}()

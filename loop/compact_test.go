@@ -74,7 +74,7 @@ func TestCompactionKeepsEveryIdentifierAndReplays(t *testing.T) {
 	if rep, err := trace.Verify(context.Background(), f.p.Store, run.ID); err != nil || !rep.OK() {
 		t.Fatalf("trace verify after compaction: %+v %v", rep, err)
 	}
-	if _, n, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || n != len(evs) {
-		t.Fatalf("replay over the log: %d/%d %v", n, len(evs), err)
+	if v, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || v.Events != len(evs) {
+		t.Fatalf("replay over the log: %d/%d %v", v.Events, len(evs), err)
 	}
 }

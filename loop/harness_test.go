@@ -2,6 +2,7 @@ package loop_test
 
 import (
 	"context"
+	"github.com/agentplane/agentplane/runs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -214,11 +215,11 @@ func replaceOnce(s, old, new string) string {
 func (f *fixture) runB(b *testing.B, task string) (*store.Run, []store.Event) {
 	b.Helper()
 	ctx := context.Background()
-	r, err := f.p.StartRun(ctx, platform.StartRequest{Agent: "tester@1", Task: task, Tenant: "t1", User: "alice"})
+	r, err := f.p.Runs.Start(ctx, runs.StartRequest{Agent: "tester@1", Task: task, Tenant: "t1", User: "alice"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	got, err := f.p.Engine.Execute(ctx, r.ID)
+	got, err := f.p.Embedded.Execute(ctx, r.ID)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -233,11 +234,11 @@ func (f *fixture) runB(b *testing.B, task string) (*store.Run, []store.Event) {
 func (f *fixture) run(task string) (*store.Run, []store.Event) {
 	f.t.Helper()
 	ctx := context.Background()
-	r, err := f.p.StartRun(ctx, platform.StartRequest{Agent: "tester@1", Task: task, Tenant: "t1", User: "alice"})
+	r, err := f.p.Runs.Start(ctx, runs.StartRequest{Agent: "tester@1", Task: task, Tenant: "t1", User: "alice"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	got, err := f.p.Engine.Execute(ctx, r.ID)
+	got, err := f.p.Embedded.Execute(ctx, r.ID)
 	if err != nil {
 		f.t.Fatalf("execute: %v", err)
 	}
@@ -250,6 +251,6 @@ func (f *fixture) run(task string) (*store.Run, []store.Event) {
 
 type modelRequest = model.Request
 
-func startReq() platform.StartRequest {
-	return platform.StartRequest{Agent: "tester@1", Task: "t", Tenant: "t1", User: "alice"}
+func startReq() runs.StartRequest {
+	return runs.StartRequest{Agent: "tester@1", Task: "t", Tenant: "t1", User: "alice"}
 }

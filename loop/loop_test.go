@@ -326,11 +326,11 @@ turns:
   - text: ok
 `})
 	ctx := context.Background()
-	r, err := f.p.StartRun(ctx, startReq())
+	r, err := f.p.Runs.Start(ctx, startReq())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.p.Engine.Execute(ctx, r.ID); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if _, err := f.p.Embedded.Execute(ctx, r.ID); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("execute err = %v, want the append failure", err)
 	}
 	if mutations.Load() != before {
@@ -351,9 +351,9 @@ turns:
 `})
 	run, evs := f.run("t")
 	before := mutations.Load()
-	out, n, err := f.p.Engine.Verify(context.Background(), run.ID)
-	if err != nil || n != len(evs) || out.Status != store.StatusCompleted {
-		t.Fatalf("verify: %+v %d/%d %v", out, n, len(evs), err)
+	v, err := f.p.Engine.Verify(context.Background(), run.ID)
+	if err != nil || v.Events != len(evs) || v.Status != store.StatusCompleted {
+		t.Fatalf("verify: %+v %d/%d %v", v, v.Events, len(evs), err)
 	}
 	if mutations.Load() != before {
 		t.Fatal("verify executed a tool")
@@ -389,7 +389,7 @@ func TestBudgetPrecheckRefusesBeforeSending(t *testing.T) {
 	if run.Steps != 3 || run.InputTokens > 2100+1000 {
 		t.Fatalf("steps %d tokens %d", run.Steps, run.InputTokens)
 	}
-	if _, n, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || n != len(evs) {
-		t.Fatalf("verify %d/%d %v", n, len(evs), err)
+	if v, err := f.p.Engine.Verify(context.Background(), run.ID); err != nil || v.Events != len(evs) {
+		t.Fatalf("verify %d/%d %v", v.Events, len(evs), err)
 	}
 }

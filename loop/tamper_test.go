@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"github.com/agentplane/agentplane/runs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -132,7 +132,7 @@ func TestTamperedLogFailsClosed(t *testing.T) {
 			ctx := context.Background()
 			tc.tamper(t, openDB(t, f), f, run.ID)
 			before, _ := f.p.Store.Events(ctx, run.ID, 0, 0)
-			if err := f.p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: id, Tenant: "t1", Decider: "bob", Decision: "approve"}); err != nil {
+			if err := f.p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: id, Tenant: "t1", Decider: "bob", Decision: "approve"}); err != nil {
 				t.Fatal(err)
 			}
 			got, after := resume(t, f, run.ID)
@@ -145,7 +145,7 @@ func TestTamperedLogFailsClosed(t *testing.T) {
 			if len(after) != len(before) {
 				t.Fatalf("the damaged log grew from %d to %d events", len(before), len(after))
 			}
-			if _, err := f.p.Engine.Execute(ctx, run.ID); !errors.Is(err, store.ErrNotFound) {
+			if _, err := f.p.Embedded.Execute(ctx, run.ID); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("a failed-closed run is still runnable: %v", err)
 			}
 			if p := verifyProblems(t, f, run.ID); !strings.Contains(p, tc.want) {

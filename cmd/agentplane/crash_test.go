@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/agentplane/agentplane/runs"
 	"maps"
 	"os"
 	"os/exec"
@@ -109,35 +110,35 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		t.Fatal(err)
 	}
 	defer p.Close()
-	runs, err := p.Store.ListRuns(ctx, store.RunFilter{})
+	recorded, err := p.Store.ListRuns(ctx, store.RunFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != n {
-		t.Fatalf("%d runs, want %d", len(runs), n)
+	if len(recorded) != n {
+		t.Fatalf("%d runs, want %d", len(recorded), n)
 	}
 
 	// A reference run, never interrupted, in the same data directory, its
 	// approvals decided as crashtest.sh decides them (with its comment, which
 	// the model is told).
-	ref, err := p.StartRun(ctx, platform.StartRequest{Agent: agentRef, Task: runs[0].Task, Tenant: runs[0].Tenant, User: runs[0].User})
+	ref, err := p.Runs.Start(ctx, runs.StartRequest{Agent: agentRef, Task: recorded[0].Task, Tenant: recorded[0].Tenant, User: recorded[0].User})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		r, err := p.Engine.Execute(ctx, ref.ID)
+		r, err := p.Embedded.Execute(ctx, ref.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Status != store.StatusWaiting {
 			break
 		}
-		pend, err := p.PendingApprovals(ctx, r.Tenant)
+		pend, err := p.Runs.PendingApprovals(ctx, r.Tenant)
 		if err != nil || len(pend) == 0 {
 			t.Fatalf("reference run waits without a pending approval (%v)", err)
 		}
 		for _, a := range pend {
-			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: approver, Decision: "approve", Comment: "crash test"}); err != nil {
+			if err := p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: approver, Decision: "approve", Comment: "crash test"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -152,7 +153,7 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		t.Fatalf("the reference run left no side effect to count: %v", want)
 	}
 
-	for _, r := range runs {
+	for _, r := range recorded {
 		if r.Status != store.StatusCompleted {
 			t.Errorf("run %s: status %s", r.ID, r.Status)
 			continue
@@ -165,8 +166,8 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		if got := shape(evs); got != refShape {
 			t.Errorf("run %s: events differ from an uninterrupted run:\n got %s\nwant %s", r.ID, got, refShape)
 		}
-		if _, n, err := p.Engine.Verify(ctx, r.ID); err != nil || n != len(evs) {
-			t.Errorf("run %s: deterministic re-run consumed %d of %d events: %v", r.ID, n, len(evs), err)
+		if v, err := p.Engine.Verify(ctx, r.ID); err != nil || v.Events != len(evs) {
+			t.Errorf("run %s: deterministic re-run consumed %d of %d events: %v", r.ID, v.Events, len(evs), err)
 		}
 		if got, err := w.counts(ctx, world, r.ID); err != nil || !maps.Equal(got, want) {
 			t.Errorf("run %s: the world saw %v, an uninterrupted run %v (%v)", r.ID, got, want, err)

@@ -2,12 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
-	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -25,7 +26,7 @@ func (c *command) approvals(args []string) error {
 		return err
 	}
 	defer p.Close()
-	pend, err := p.PendingApprovals(c.ctx, *tenant)
+	pend, err := p.Runs.PendingApprovals(c.ctx, *tenant)
 	if err != nil {
 		return err
 	}
@@ -79,11 +80,11 @@ func (c *command) decide(decision string, args []string) error {
 	}
 	defer p.Close()
 	verb := map[string]string{"approve": "approve", "reject": "reject", "edit": "edit"}[decision]
-	req := platform.DecideRequest{ApprovalID: pos[0], Tenant: *tenant, Decider: *as, Decision: verb, Comment: *comment}
+	req := runs.DecideRequest{ApprovalID: pos[0], Tenant: *tenant, Decider: *as, Decision: verb, Comment: *comment}
 	if *newArgs != "" {
 		req.Args = json.RawMessage(*newArgs)
 	}
-	if err := p.DecideApproval(c.ctx, req); err != nil {
+	if err := p.Runs.Decide(c.ctx, req); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "%s: %s recorded; a worker resumes the run\n", pos[0], verb)
@@ -107,18 +108,16 @@ func (c *command) signalRun(kind string, args []string) error {
 		return err
 	}
 	defer p.Close()
-	run, err := p.Store.GetRun(c.ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if store.Terminal(run.Status) {
-		return exitCode{1, fmt.Sprintf("run %s already ended (%s)", run.ID, run.Status)}
-	}
-	payload, _ := trace.MessagePayload(*text)
+	var run *store.Run
 	if kind == trace.SignalCancel {
-		payload = []byte(`{}`)
+		run, err = p.Runs.Cancel(c.ctx, runs.CancelRequest{RunID: pos[0]})
+	} else {
+		run, err = p.Runs.Message(c.ctx, runs.MessageRequest{RunID: pos[0], Text: *text})
 	}
-	if err := p.Store.SendSignal(c.ctx, &store.Signal{RunID: run.ID, Kind: kind, Payload: payload}); err != nil {
+	if errors.Is(err, runs.ErrRunEnded) {
+		return exitCode{1, err.Error()}
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(c.out, "%s sent to %s; it takes effect at the run's next step boundary\n", kind, run.ID)

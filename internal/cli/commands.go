@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/model/scripted"
 	"github.com/agentplane/agentplane/render"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -207,7 +208,7 @@ func (c *command) run(args []string) error {
 			return err
 		}
 	}
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream", Bindings: binds.orNil(), Admin: *admin})
+	run, err := p.Runs.Start(c.ctx, runs.StartRequest{Agent: pos[0], Task: *task, Tenant: *tenant, User: *user, Mode: "stream", Bindings: binds.orNil(), Admin: *admin})
 	if err != nil {
 		return err
 	}
@@ -221,7 +222,7 @@ func (c *command) run(args []string) error {
 		return err
 	}
 	if final.Status == store.StatusWaiting {
-		pend, err := p.PendingApprovals(c.ctx, final.Tenant)
+		pend, err := p.Runs.PendingApprovals(c.ctx, final.Tenant)
 		if err != nil {
 			return err
 		}
@@ -250,7 +251,7 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
-		_, err := p.Engine.Execute(ctx, runID)
+		err := p.Engine.Drive(ctx, runID)
 		done <- err
 	}()
 	tl := &timeline{w: c.out, pol: strict}
@@ -288,7 +289,7 @@ func (c *command) execute(p *platform.Platform, runID string, asJSON bool, after
 			if !asJSON {
 				writeFlags(c.out, platform.OutputFlags(tl.pol, seen))
 			}
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err != nil && !errors.Is(err, engine.ErrNotRunnable) {
 				return nil, err
 			}
 			return p.Store.GetRun(context.WithoutCancel(ctx), runID)

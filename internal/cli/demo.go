@@ -11,6 +11,7 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 )
@@ -174,7 +175,7 @@ func (c *command) playDemoRun(p *platform.Platform, spec *demoSpec, agentRef, ta
 	// The ticket is about one subject (a customer, a staff member): every
 	// call that names it must name this one (the spec's bindings; the
 	// rest is left to the tools' own checks and the agent's policies).
-	run, err := p.StartRun(c.ctx, platform.StartRequest{Agent: agentRef, Task: task, Tenant: spec.tenant, User: spec.user, Mode: "stream",
+	run, err := p.Runs.Start(c.ctx, runs.StartRequest{Agent: agentRef, Task: task, Tenant: spec.tenant, User: spec.user, Mode: "stream",
 		Bindings: spec.bindings})
 	if err != nil {
 		return nil, nil, err
@@ -185,7 +186,7 @@ func (c *command) playDemoRun(p *platform.Platform, spec *demoSpec, agentRef, ta
 		return nil, nil, err
 	}
 	for final.Status == store.StatusWaiting {
-		pend, err := p.PendingApprovals(c.ctx, spec.tenant)
+		pend, err := p.Runs.PendingApprovals(c.ctx, spec.tenant)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -199,7 +200,7 @@ func (c *command) playDemoRun(p *platform.Platform, spec *demoSpec, agentRef, ta
 			}
 			fmt.Fprintf(c.out, "\n  ⏸  run waits: approval %s for group %s\n     %s\n", a.Request.ApprovalID, a.Request.Group, clean(a.Request.Description, 200))
 			fmt.Fprintf(c.out, "     the demo now acts as approver %s: agentplane %s %s --as %s\n\n", spec.approver, decision, a.Request.ApprovalID, spec.approver)
-			if err := p.DecideApproval(c.ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: spec.tenant,
+			if err := p.Runs.Decide(c.ctx, runs.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: spec.tenant,
 				Decider: spec.approver, Decision: decision, Comment: comment}); err != nil {
 				return nil, nil, err
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -58,7 +59,7 @@ func (c *command) replay(args []string) error {
 	if err != nil {
 		return err
 	}
-	req := platform.ReplayRequest{Of: of, FromStep: *from, Agent: *agentRef, ModelAlias: *alias, Mode: *mode, Mocks: mocks, InternalLive: *internal, Admin: *admin}
+	req := runs.ReplayRequest{Of: of, FromStep: *from, Agent: *agentRef, ModelAlias: *alias, Mode: *mode, Mocks: mocks, InternalLive: *internal, Admin: *admin}
 	if *instr != "" {
 		b, err := os.ReadFile(*instr)
 		if err != nil {
@@ -66,7 +67,7 @@ func (c *command) replay(args []string) error {
 		}
 		req.Instructions = string(b)
 	}
-	run, err := p.Replay(c.ctx, req)
+	run, err := p.Runs.Replay(c.ctx, req)
 	if err != nil {
 		return err
 	}

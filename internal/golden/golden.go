@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -188,10 +189,9 @@ func checkPayload(ev *store.Event) error {
 }
 
 // Import writes a fixture into a store through its public interfaces:
-// manifests, agent versions and blobs first, then each run created, leased,
-// appended to with the recorded events (hashes as recorded, not
-// recomputed: verifying them is trace verify's job) and released with the
-// recorded status and counters. A blob whose bytes do not match its name is
+// manifests, agent versions and blobs first, then each run imported as
+// ended with its recorded events, status and counters (engine.ImportRun;
+// hashes as recorded, not recomputed: verifying them is trace verify's job). A blob whose bytes do not match its name is
 // refused.
 func Import(ctx context.Context, st store.Store, f *Fixture) error {
 	for i := range f.Tools {
@@ -217,18 +217,8 @@ func Import(ctx context.Context, st store.Store, f *Fixture) error {
 	}
 	for i := range f.Runs {
 		r := &f.Runs[i]
-		row := r.Row
-		row.Status = store.StatusQueued
-		if err := st.CreateRun(ctx, &row); err != nil {
-			return fmt.Errorf("golden: create run %s: %w", row.ID, err)
-		}
-		// A run never leased appends under epoch 0; the row's counters and
-		// status come with the log, as eval copies a run.
-		status, result := r.Row.Status, r.Row.Result
-		u := store.RunUpdate{Status: &status, Result: &result, Steps: &r.Row.Steps, InputTokens: &r.Row.InputTokens,
-			OutputTokens: &r.Row.OutputTokens, CostMicros: &r.Row.CostMicros, Currency: &r.Row.Currency, CostUnknown: &r.Row.CostUnknown}
-		if err := st.Append(ctx, store.AppendRequest{RunID: row.ID, Events: r.Events, Durable: true, Update: &u}); err != nil {
-			return fmt.Errorf("golden: append run %s: %w", row.ID, err)
+		if err := engine.ImportRun(ctx, st, &r.Row, r.Events); err != nil {
+			return fmt.Errorf("golden: %w", err)
 		}
 	}
 	return nil

@@ -301,7 +301,7 @@ func TestGoldenTamperedFails(t *testing.T) {
 				data := importFixture(t, fx)
 				st := openStore(t, data)
 				calls := &liveCalls{t: t}
-				if _, _, err := verifier(t, st, fx, calls).Verify(ctx, r.Row.ID); !errors.Is(err, engine.ErrNondeterminism) {
+				if _, err := verifier(t, st, fx, calls).Verify(ctx, r.Row.ID); !errors.Is(err, engine.ErrNondeterminism) {
 					t.Fatalf("re-run over a log the code does not produce: %v, want ErrNondeterminism", err)
 				}
 				calls.none()
@@ -320,9 +320,9 @@ func TestGoldenTamperedFails(t *testing.T) {
 				data := importFixture(t, fx)
 				st := openStore(t, data)
 				calls := &liveCalls{t: t}
-				_, n, err := verifier(t, st, fx, calls).Verify(ctx, r.Row.ID)
-				if !errors.Is(err, engine.ErrWouldGoLive) || n != len(r.Events) {
-					t.Fatalf("re-run over a log without its end: %d/%d events, %v; want ErrWouldGoLive", n, len(r.Events), err)
+				v, err := verifier(t, st, fx, calls).Verify(ctx, r.Row.ID)
+				if !errors.Is(err, engine.ErrWouldGoLive) || v.Events != len(r.Events) {
+					t.Fatalf("re-run over a log without its end: %d/%d events, %v; want ErrWouldGoLive", v.Events, len(r.Events), err)
 				}
 				calls.none()
 			})
@@ -345,9 +345,9 @@ func TestGoldenTamperedFails(t *testing.T) {
 				st := openStore(t, data)
 				calls := &liveCalls{t: t}
 				eng := verifier(t, st, fx, calls)
-				_, n, err := eng.Verify(ctx, r.Row.ID)
-				if !errors.Is(err, engine.ErrWouldGoLive) || n != len(r.Events) {
-					t.Fatalf("re-run over a log without its last event: %d/%d events, %v; want ErrWouldGoLive", n, len(r.Events), err)
+				v, err := eng.Verify(ctx, r.Row.ID)
+				if !errors.Is(err, engine.ErrWouldGoLive) || v.Events != len(r.Events) {
+					t.Fatalf("re-run over a log without its last event: %d/%d events, %v; want ErrWouldGoLive", v.Events, len(r.Events), err)
 				}
 				calls.none()
 			})
@@ -433,7 +433,7 @@ func (c *liveCalls) now() time.Time {
 
 // verifier builds today's loop and engine over st with every live
 // dependency replaced by one that fails the test when called.
-func verifier(t *testing.T, st *sqlite.Store, fx *golden.Fixture, calls *liveCalls) *engine.Engine {
+func verifier(t *testing.T, st *sqlite.Store, fx *golden.Fixture, calls *liveCalls) engine.Engine {
 	t.Helper()
 	cat := tool.NewCatalog()
 	for _, rec := range fx.Tools {
@@ -467,7 +467,7 @@ func verifier(t *testing.T, st *sqlite.Store, fx *golden.Fixture, calls *liveCal
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(engine.Options{Store: st, Workflow: l.Workflow, Activities: l.Activities(), Clock: calls.now})
+	eng, err := engine.NewEmbedded(engine.Options{Store: st, Workflow: l.Workflow, Activities: l.Activities(), Clock: calls.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,8 @@ func verifier(t *testing.T, st *sqlite.Store, fx *golden.Fixture, calls *liveCal
 func rerun(t *testing.T, st *sqlite.Store, fx *golden.Fixture, r *golden.Run) {
 	t.Helper()
 	calls := &liveCalls{t: t}
-	out, n, err := verifier(t, st, fx, calls).Verify(context.Background(), r.Row.ID)
+	out, err := verifier(t, st, fx, calls).Verify(context.Background(), r.Row.ID)
+	n := out.Events
 	if err != nil {
 		t.Fatalf("re-run of %s over its log: %v (after %d of %d events)", r.Row.ID, err, n, len(r.Events))
 	}

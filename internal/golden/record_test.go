@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/agentplane/agentplane/runs"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/catalog"
+	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/examples/carddispute"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/cli"
@@ -118,7 +120,7 @@ func newRecorder(t *testing.T, o recordOptions) *recorder {
 		t.Fatal(err)
 	}
 	p, err := platform.Open(ctx, platform.Options{DataDir: dataDir, Gateway: gw, Rates: rates, Clock: clock.Now, LeaseTTL: time.Hour,
-		Tools: []catalog.Registrar{b}})
+		Tools: []catalog.Registrar{b}, WrapStore: func(s store.Store) store.Store { return createdAt{s, clock.Now} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,48 +162,58 @@ func newRecorder(t *testing.T, o recordOptions) *recorder {
 	return &recorder{t: t, ctx: ctx, p: p, clock: clock}
 }
 
-// start queues a run as platform.StartRun does, but created at the fixed
-// clock's time under a fixed id: StartRun takes the store's wall clock,
-// which would make every event time of a recording differ.
+// start queues a run as runs.Service.Start does, under a fixed id; the
+// store it goes through (createdAt) stamps it with the fixed clock, where
+// the store would take its wall clock, which would make every event time
+// of a recording differ.
 func (r *recorder) start(id, agentRef string) {
 	r.t.Helper()
 	d, version, err := r.p.Registry.Resolve(r.ctx, agentRef, id, agent.ResolveOptions{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	run := &store.Run{ID: id, Tenant: cli.DemoTenant, User: cli.DemoUser, Agent: d.Agent, AgentVersion: version, Task: cli.DemoTask,
-		Mode: "stream", Status: store.StatusQueued, Currency: d.Budgets.Currency, CreatedAt: r.clock.Now(),
-		Bindings: map[string]string{"customer_id": bank.CustomerID}}
-	if err := r.p.Store.CreateRun(r.ctx, run); err != nil {
+	if _, err := r.p.Engine.Start(r.ctx, engine.StartRequest{RunID: id, Tenant: cli.DemoTenant, User: cli.DemoUser, Agent: d.Agent,
+		AgentVersion: version, AgentHash: d.Hash(), Task: cli.DemoTask, Mode: "stream", Currency: d.Budgets.Currency,
+		Bindings: map[string]string{"customer_id": bank.CustomerID}}); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
-// replay queues a replay as platform.Replay does (the instructions as a
-// signal first, then the run linked to its original), created at the fixed
-// clock's time.
+// replay queues a replay as runs.Service.Replay does (linked to its
+// original, on the original's version), created at the fixed clock's time.
 func (r *recorder) replay(id string, info trace.ReplayInfo) {
 	r.t.Helper()
 	orig, err := r.p.Store.GetRun(r.ctx, info.Of)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	spec, _ := json.Marshal(info)
-	if err := r.p.Store.SendSignal(r.ctx, &store.Signal{RunID: id, Kind: platform.SignalReplay, Payload: spec}); err != nil {
+	d, err := r.p.Registry.Get(r.ctx, orig.Agent, orig.AgentVersion)
+	if err != nil {
 		r.t.Fatal(err)
 	}
-	run := &store.Run{ID: id, Tenant: orig.Tenant, User: orig.User, Agent: orig.Agent, AgentVersion: orig.AgentVersion, Bindings: orig.Bindings,
-		Task: orig.Task, Mode: orig.Mode, Status: store.StatusQueued, Currency: orig.Currency, ParentRunID: orig.ID, CreatedAt: r.clock.Now()}
-	if err := r.p.Store.CreateRun(r.ctx, run); err != nil {
+	if _, err := r.p.Engine.Start(r.ctx, engine.StartRequest{RunID: id, Tenant: orig.Tenant, User: orig.User, Agent: orig.Agent,
+		AgentVersion: orig.AgentVersion, AgentHash: d.Hash(), Task: orig.Task, Mode: orig.Mode, Currency: orig.Currency,
+		Bindings: orig.Bindings, Replay: &engine.Replay{Info: info}}); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
-// decision answers one pending approval.
-type decision func(a platform.PendingApproval) platform.DecideRequest
+// createdAt stamps every run it creates with the recording's fixed clock.
+type createdAt struct {
+	store.Store
+	now func() time.Time
+}
 
-func approve(a platform.PendingApproval) platform.DecideRequest {
-	return platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: cli.DemoTenant, Decider: cli.DemoSupervisor,
+func (c createdAt) CreateRun(ctx context.Context, r *store.Run) error {
+	r.CreatedAt = c.now()
+	return c.Store.CreateRun(ctx, r)
+}
+
+// decision answers one pending approval.
+type decision func(a runs.PendingApproval) runs.DecideRequest
+
+func approve(a runs.PendingApproval) runs.DecideRequest {
+	return runs.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: cli.DemoTenant, Decider: cli.DemoSupervisor,
 		Decision: "approve", Comment: "duplicate charge confirmed against the statement"}
 }
 
@@ -210,7 +222,7 @@ func approve(a platform.PendingApproval) platform.DecideRequest {
 func (r *recorder) execute(id string, decide decision) *store.Run {
 	r.t.Helper()
 	for i := 0; ; i++ {
-		run, err := r.p.Engine.Execute(r.ctx, id)
+		run, err := r.p.Embedded.Execute(r.ctx, id)
 		if err != nil {
 			r.t.Fatalf("execute %s: %v", id, err)
 		}
@@ -220,12 +232,12 @@ func (r *recorder) execute(id string, decide decision) *store.Run {
 		if i > 10 {
 			r.t.Fatalf("run %s keeps waiting", id)
 		}
-		pend, err := r.p.PendingApprovals(r.ctx, cli.DemoTenant)
+		pend, err := r.p.Runs.PendingApprovals(r.ctx, cli.DemoTenant)
 		if err != nil || len(pend) == 0 {
 			r.t.Fatalf("run %s waits, but not for an approval (%v)", id, err)
 		}
 		for _, a := range pend {
-			if err := r.p.DecideApproval(r.ctx, decide(a)); err != nil {
+			if err := r.p.Runs.Decide(r.ctx, decide(a)); err != nil {
 				r.t.Fatal(err)
 			}
 		}
@@ -301,11 +313,11 @@ var scenarios = []scenario{
 		description: "The card-dispute run with the refund approval edited by the supervisor (new reason; the broker re-checks the edited call) and the e-mail approved; completed.",
 		record: func(r *recorder) []string {
 			r.start("run_golden_edited", "card-dispute-assistant@prod")
-			r.execute("run_golden_edited", func(a platform.PendingApproval) platform.DecideRequest {
+			r.execute("run_golden_edited", func(a runs.PendingApproval) runs.DecideRequest {
 				if a.Request.Tool != bank.ToolIssueRefund {
 					return approve(a)
 				}
-				return platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: cli.DemoTenant, Decider: cli.DemoSupervisor,
+				return runs.DecideRequest{ApprovalID: a.Request.ApprovalID, Tenant: cli.DemoTenant, Decider: cli.DemoSupervisor,
 					Decision: "edit", Comment: "reason reworded for the statement",
 					Args: json.RawMessage(`{"customer_id":"c_88213","transaction_id":"txn_1002","amount_inr":12499,"reason":"Supervisor-edited: duplicate of txn_1001, PNR K7QX2M"}`)}
 			})

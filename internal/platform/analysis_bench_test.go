@@ -3,6 +3,7 @@ package platform_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentplane/agentplane/runs"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -44,11 +45,11 @@ func BenchmarkAnalysisStep(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		r, err := p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "Check c_88213 for duplicate charges.", Tenant: tenant, User: user})
+		r, err := p.Runs.Start(ctx, runs.StartRequest{Agent: d.Agent, Task: "Check c_88213 for duplicate charges.", Tenant: tenant, User: user})
 		if err != nil {
 			b.Fatal(err)
 		}
-		run, err := p.Engine.Execute(ctx, r.ID)
+		run, err := p.Embedded.Execute(ctx, r.ID)
 		if err != nil || run.Status != store.StatusCompleted {
 			b.Fatalf("run %v %v", run, err)
 		}

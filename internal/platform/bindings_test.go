@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/agentplane/agentplane/runs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,12 +40,12 @@ turns:
 	const tenant, staff, agentUser = "example-bank", "priya@example-bank.in", "asha-desk@example-bank.in"
 	provisionCardDispute(t, p, tenant, map[string][]string{staff: {"card-ops-agents"}})
 	d := applyExample(t, p, dir, "agent.yaml", "tools.yaml")
-	r, err := p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "look up the ticket's customer", Tenant: tenant, User: staff,
+	r, err := p.Runs.Start(ctx, runs.StartRequest{Agent: d.Agent, Task: "look up the ticket's customer", Tenant: tenant, User: staff,
 		Bindings: map[string]string{"customer_id": "c_88213"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Engine.Execute(ctx, r.ID); err != nil {
+	if _, err := p.Embedded.Execute(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := p.Store.Events(ctx, r.ID, 0, 0)
@@ -83,13 +84,13 @@ turns:
 	if err := authz.Put(ctx, p.Store, mustPrincipal(t, tenant, agentUser, "c_90001")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "x", Tenant: tenant, User: agentUser,
+	_, err = p.Runs.Start(ctx, runs.StartRequest{Agent: d.Agent, Task: "x", Tenant: tenant, User: agentUser,
 		Bindings: map[string]string{"customer_id": "c_88213"}})
-	if !errors.Is(err, platform.ErrBadBindings) || !strings.Contains(err.Error(), `may only act on customer_id "c_90001"`) {
+	if !errors.Is(err, runs.ErrBadBindings) || !strings.Contains(err.Error(), `may only act on customer_id "c_90001"`) {
 		t.Fatalf("contradicting binding: %v", err)
 	}
 	for _, bad := range []map[string]string{{"customer id": "x"}, {"customer_id": ""}, {"customer_id": "a\nb"}} {
-		if _, err := p.StartRun(ctx, platform.StartRequest{Agent: d.Agent, Task: "x", Tenant: tenant, User: staff, Bindings: bad}); !errors.Is(err, platform.ErrBadBindings) {
+		if _, err := p.Runs.Start(ctx, runs.StartRequest{Agent: d.Agent, Task: "x", Tenant: tenant, User: staff, Bindings: bad}); !errors.Is(err, runs.ErrBadBindings) {
 			t.Errorf("binding %q: %v, want refused", bad, err)
 		}
 	}

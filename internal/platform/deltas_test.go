@@ -3,9 +3,9 @@ package platform_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentplane/agentplane/runs"
 	"testing"
 
-	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -14,7 +14,7 @@ import (
 func TestDeltasFollowTheRecordedResponses(t *testing.T) {
 	p := openDemo(t)
 	ctx := context.Background()
-	r, err := p.StartRun(ctx, platform.StartRequest{Agent: "card-dispute-assistant@1", Task: "Ticket T-40127: duplicate airline charge.", Tenant: "example-bank", User: "priya"})
+	r, err := p.Runs.Start(ctx, runs.StartRequest{Agent: "card-dispute-assistant@1", Task: "Ticket T-40127: duplicate airline charge.", Tenant: "example-bank", User: "priya"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestDeltasFollowTheRecordedResponses(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no text to compare")
 	}
-	rp, err := p.Replay(ctx, platform.ReplayRequest{Of: r.ID, FromStep: 1})
+	rp, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: r.ID, FromStep: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,17 @@
 // Package platform wires agentplane's parts together on the embedded default
 // (SQLite and a blob folder in one data directory): store, tool catalog,
-// model gateway, agent registry, broker, loop and engine. The CLI and the
-// server both start from here.
+// model gateway, agent registry, broker, loop, the engine (engine.Engine,
+// the embedded one) and the use cases over it (runs.Service). The CLI and
+// the server both start from here; what they do to runs they do through
+// Platform.Runs and Platform.Engine.
 package platform
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,6 +25,7 @@ import (
 	"github.com/agentplane/agentplane/loop"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/scripted"
+	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/store/sqlite"
@@ -60,9 +60,12 @@ type Options struct {
 	Clock    func() time.Time
 	// WrapStore lets tests inject failures between the engine and the store.
 	WrapStore func(store.Store) store.Store
+	// WrapEngine lets tests record or refuse what the use cases (Runs) ask
+	// of the engine.
+	WrapEngine func(engine.Engine) engine.Engine
 	// Directory checks approvers' groups (default: the groups of the
 	// users in Principals, or DataDir/directory.yaml when present).
-	Directory Directory
+	Directory runs.Directory
 	// Principals knows each tenant's users, their scopes, groups and
 	// bindings (default: the principals in the store).
 	Principals authz.Directory
@@ -82,15 +85,23 @@ type Platform struct {
 	Registry *agent.Registry
 	Broker   *broker.Broker
 	Loop     *loop.Loop
-	Engine   *engine.Engine
-	Models   loop.Models
-	Rates    *model.Rates
+	// Engine executes runs: everything starts, signals, cancels, verifies
+	// and works runs through it.
+	Engine engine.Engine
+	// Embedded is the embedded engine under Engine (its worker pools and
+	// Execute, which tests drive runs with).
+	Embedded *engine.Embedded
+	// Runs holds the use cases over runs (start, decide, replay, cancel,
+	// message) on Engine.
+	Runs   *runs.Service
+	Models loop.Models
+	Rates  *model.Rates
 	// Deltas carries streamed model text to live watchers.
 	Deltas *DeltaBus
 	// Sandboxes manages tier 2/3 sandboxes (nil when none is configured).
 	Sandboxes *sandboxes
 	// Directory checks approvers' groups (nil: no approval can be decided).
-	Directory Directory
+	Directory runs.Directory
 	// Principals is the directory of users the broker authorises against.
 	Principals authz.Directory
 	// Secrets holds the connector secrets the broker mints credentials from.
@@ -173,11 +184,22 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	}
 	p.Loop, err = loop.New(loop.Options{Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
 		OnDelta: p.Deltas.publish, Approvers: p.Directory,
-		Blobs: st, ReplaySpec: p.replaySpec, Logger: o.Logger})
+		Blobs: st, ReplaySpec: func(ctx context.Context, runID string) (*trace.ReplayInfo, error) {
+			return engine.PendingReplay(ctx, st, runID)
+		}, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
-	p.Engine, err = engine.New(engine.Options{Store: es, Workflow: p.Loop.Workflow, Activities: p.Loop.Activities(), LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
+	p.Embedded, err = engine.NewEmbedded(engine.Options{Store: es, Workflow: p.Loop.Workflow, Activities: p.Loop.Activities(), LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	p.Engine = p.Embedded
+	if o.WrapEngine != nil {
+		p.Engine = o.WrapEngine(p.Engine)
+	}
+	p.Runs, err = runs.New(runs.Options{Engine: p.Engine, Store: st, Registry: p.Registry, Principals: p.Principals,
+		Approvers: p.Directory, Settings: p.TenantSettings, CheckModelAlias: p.checkModelAlias})
 	if err != nil {
 		return fail(err)
 	}
@@ -354,92 +376,4 @@ func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop
 		a.Compaction = &trace.CompactionPolicy{Alias: d.Model.Small, AtTokens: c.CompactAtTokens, EverySteps: c.CompactEverySteps, KeepSteps: keep}
 	}
 	return a, nil
-}
-
-// NewRunID returns a fresh run id.
-func NewRunID() string {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	return "run_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
-}
-
-// StartRequest asks for a new run.
-type StartRequest struct {
-	// Agent is "name", "name@7" or "name@alias".
-	Agent  string
-	Task   string
-	Tenant string
-	User   string
-	Mode   string // stream | async
-	ID     string // optional, for idempotent creation
-	// Bindings narrow what the run may act on: a call naming one of these
-	// arguments must name this value (customer_id=c_88213 keeps a ticket's
-	// run on the ticket's customer). They may narrow the user's own
-	// bindings, never contradict them.
-	Bindings map[string]string
-	// Admin says the caller holds the tenant's admin scope: it may name a
-	// version number or latest even when the tenant requires aliases.
-	Admin bool
-}
-
-// ErrBadBindings is returned by StartRun for run bindings that are malformed
-// or contradict the user's own; ErrDirectory when the user directory could
-// not be asked (a platform failure, not the caller's).
-var (
-	ErrBadBindings = errors.New("run bindings refused")
-	ErrDirectory   = errors.New("user directory unavailable")
-)
-
-// StartRun resolves the agent reference, pins the version and queues the
-// run. A retired version is refused however it is named (agent.ErrRetired),
-// and when the tenant requires aliases a caller without Admin may name only
-// an alias (agent.ErrAliasRequired).
-func (p *Platform) StartRun(ctx context.Context, r StartRequest) (*store.Run, error) {
-	if strings.TrimSpace(r.Task) == "" {
-		return nil, errors.New("start run: empty task")
-	}
-	if len(r.Task) > 256<<10 {
-		return nil, errors.New("start run: task larger than 256 KiB")
-	}
-	if r.Tenant == "" || r.User == "" {
-		return nil, errors.New("start run: tenant and user are required: every run acts on behalf of a user")
-	}
-	if r.Mode == "" {
-		r.Mode = "stream"
-	}
-	if r.ID == "" {
-		r.ID = NewRunID()
-	}
-	// A secret pasted into the task is never stored: the run, its log and
-	// the model get the placeholder instead.
-	r.Task, _ = trace.UserText(r.Task)
-	if len(r.Bindings) > 0 {
-		var pr *authz.Principal
-		if p.Principals != nil {
-			var err error
-			pr, err = p.Principals.Principal(ctx, r.Tenant, r.User)
-			if err != nil && !errors.Is(err, authz.ErrUnknownUser) {
-				return nil, fmt.Errorf("start run: %w: the user directory could not answer: %w", ErrDirectory, err)
-			}
-		}
-		if err := authz.CheckRunBindings(pr, r.Bindings); err != nil {
-			return nil, fmt.Errorf("start run: %w: %w", ErrBadBindings, err)
-		}
-	}
-	ro, err := p.resolveOptions(ctx, r.Tenant, r.Admin)
-	if err != nil {
-		return nil, err
-	}
-	d, version, err := p.Registry.Resolve(ctx, r.Agent, r.ID, ro)
-	if err != nil {
-		return nil, err
-	}
-	run := &store.Run{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: d.Agent, AgentVersion: version,
-		Task: r.Task, Mode: r.Mode, Status: store.StatusQueued, Currency: d.Budgets.Currency, Bindings: maps.Clone(r.Bindings)}
-	if err := p.Store.CreateRun(ctx, run); err != nil {
-		return nil, err
-	}
-	return run, nil
 }

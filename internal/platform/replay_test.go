@@ -3,6 +3,7 @@ package platform_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentplane/agentplane/runs"
 	"path/filepath"
 	"testing"
 
@@ -61,16 +62,16 @@ func runToEnd(t *testing.T, p *platform.Platform, id string) *store.Run {
 	t.Helper()
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
-		r, err := p.Engine.Execute(ctx, id)
+		r, err := p.Embedded.Execute(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if r.Status != store.StatusWaiting {
 			return r
 		}
-		pend, _ := p.PendingApprovals(ctx, r.Tenant)
+		pend, _ := p.Runs.PendingApprovals(ctx, r.Tenant)
 		for _, a := range pend {
-			if err := p.DecideApproval(ctx, platform.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: "meera", Decision: "approve"}); err != nil {
+			if err := p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: a.Request.ApprovalID, Decider: "meera", Decision: "approve"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -81,7 +82,7 @@ func runToEnd(t *testing.T, p *platform.Platform, id string) *store.Run {
 
 func demoRun(t *testing.T, p *platform.Platform) *store.Run {
 	t.Helper()
-	r, err := p.StartRun(context.Background(), platform.StartRequest{Agent: "card-dispute-assistant@1",
+	r, err := p.Runs.Start(context.Background(), runs.StartRequest{Agent: "card-dispute-assistant@1",
 		Task: "Ticket T-40127: duplicate airline charge.", Tenant: "example-bank", User: "priya"})
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +132,7 @@ func TestRecordedReplayFromEveryStepReproducesTheRun(t *testing.T) {
 	want := normal(t, origEvs)
 	got0, _ := p.Store.GetRun(ctx, orig.ID)
 	for step := 1; step <= got0.Steps+1; step++ {
-		r, err := p.Replay(ctx, platform.ReplayRequest{Of: orig.ID, FromStep: step, Mode: trace.ReplayRecorded})
+		r, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: step, Mode: trace.ReplayRecorded})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,8 +149,8 @@ func TestRecordedReplayFromEveryStepReproducesTheRun(t *testing.T) {
 				t.Fatalf("from step %d: event %d differs:\n got %s\nwant %s", step, i, got[i], want[i])
 			}
 		}
-		if _, n, err := p.Engine.Verify(ctx, r.ID); err != nil || n != len(evs) {
-			t.Fatalf("from step %d: verify %d/%d %v", step, n, len(evs), err)
+		if v, err := p.Engine.Verify(ctx, r.ID); err != nil || v.Events != len(evs) {
+			t.Fatalf("from step %d: verify %d/%d %v", step, v.Events, len(evs), err)
 		}
 	}
 	after, _ := bankOf(p).Counters(ctx)
@@ -172,7 +173,7 @@ func TestLiveReplayEnforcesSideEffects(t *testing.T) {
 		{"mock declared", map[string]json.RawMessage{"send_email": json.RawMessage(`{"status":"sent (mock)"}`)}, trace.ReplayedMock},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := p.Replay(ctx, platform.ReplayRequest{Of: orig.ID, FromStep: 4, Mode: trace.ReplayLive, ModelAlias: "reasoning-alt", Mocks: tc.mocks})
+			r, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: 4, Mode: trace.ReplayLive, ModelAlias: "reasoning-alt", Mocks: tc.mocks})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package platform_test
 import (
 	"context"
 	"errors"
+	"github.com/agentplane/agentplane/runs"
 	"testing"
 
 	"github.com/agentplane/agentplane/agent"
@@ -20,7 +21,7 @@ func TestClass10Replay(t *testing.T) {
 	if _, err := p.Registry.Retire(ctx, orig.Agent, orig.AgentVersion); err != nil {
 		t.Fatal(err)
 	}
-	_, err := p.Replay(ctx, platform.ReplayRequest{Of: orig.ID, FromStep: 1})
+	_, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: 1})
 	if !errors.Is(err, agent.ErrRetired) {
 		t.Fatalf("replay on the retired version = %v, want ErrRetired", err)
 	}
@@ -30,10 +31,10 @@ func TestClass10Replay(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := orig.Agent + "@2"
-	if _, err := p.Replay(ctx, platform.ReplayRequest{Of: orig.ID, FromStep: 1, Agent: ref}); !errors.Is(err, agent.ErrAliasRequired) {
+	if _, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: 1, Agent: ref}); !errors.Is(err, agent.ErrAliasRequired) {
 		t.Fatalf("replay naming %s without admin = %v, want ErrAliasRequired", ref, err)
 	}
-	run, err := p.Replay(ctx, platform.ReplayRequest{Of: orig.ID, FromStep: 1, Agent: ref, Admin: true})
+	run, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: 1, Agent: ref, Admin: true})
 	if err != nil || run.AgentVersion != v2 {
 		t.Fatalf("an admin's replay on %s = %+v, %v", ref, run, err)
 	}

@@ -3,6 +3,7 @@ package platform_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentplane/agentplane/runs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ aliases: [{name: m, provider: scripted, model_id: s, price: {currency: USD, inpu
 	t.Cleanup(func() { p.Close() })
 	writeFiles(t, dir, map[string]string{"run_python.yaml": "example:analysis/run_python.yaml"})
 	applyExample(t, p, dir, "agent.yaml", "run_python.yaml")
-	r, err := p.StartRun(ctx, platform.StartRequest{Agent: "analyst", Task: "find duplicates", Tenant: "t", User: "u"})
+	r, err := p.Runs.Start(ctx, runs.StartRequest{Agent: "analyst", Task: "find duplicates", Tenant: "t", User: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ aliases: [{name: m, provider: scripted, model_id: s, price: {currency: USD, inpu
 
 func pythonResult(t *testing.T, p *platform.Platform, runID string) trace.ToolResult {
 	t.Helper()
-	if _, err := p.Engine.Execute(context.Background(), runID); err != nil {
+	if _, err := p.Embedded.Execute(context.Background(), runID); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := p.Store.Events(context.Background(), runID, 0, 0)
@@ -128,7 +129,7 @@ func TestRunPythonInGVisorThroughThePlatform(t *testing.T) {
 		t.Fatalf("teardown record %+v, want sandbox %s destroyed by caller", td, r.Sandbox.ID)
 	}
 	// Re-running the code over the log needs no sandbox.
-	if _, _, err := p.Engine.Verify(context.Background(), id); err != nil {
+	if _, err := p.Engine.Verify(context.Background(), id); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 }

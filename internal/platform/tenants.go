@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/render"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -24,28 +23,6 @@ func (p *Platform) TenantSettings(ctx context.Context, tenant string) (store.Ten
 		return store.TenantSettings{}, fmt.Errorf("settings of tenant %s: %w", tenant, err)
 	}
 	return *ts, nil
-}
-
-// resolveOptions is what a new run of tenant may name: only aliases when
-// the tenant requires them and the caller is not its admin.
-func (p *Platform) resolveOptions(ctx context.Context, tenant string, admin bool) (agent.ResolveOptions, error) {
-	ts, err := p.TenantSettings(ctx, tenant)
-	if err != nil {
-		return agent.ResolveOptions{}, err
-	}
-	return agent.ResolveOptions{AliasOnly: ts.RequireAlias && !admin}, nil
-}
-
-// checkLive fails with agent.ErrRetired when version of name is retired.
-func (p *Platform) checkLive(ctx context.Context, name string, version int) error {
-	v, err := p.Store.GetAgentVersion(ctx, name, version)
-	if err != nil {
-		return err
-	}
-	if !v.RetiredAt.IsZero() {
-		return fmt.Errorf("agent %q version %d was retired at %s: %w", name, version, v.RetiredAt.UTC().Format(time.RFC3339), agent.ErrRetired)
-	}
-	return nil
 }
 
 // PutTenantSettings validates and stores a tenant's settings: link domains

@@ -3,6 +3,7 @@ package otelexport_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/agentplane/agentplane/runs"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -75,11 +76,11 @@ budgets: {max_steps: 5, max_input_tokens: 100000, max_cost_usd: 1, max_wall_cloc
 	if _, err := p.Registry.Apply(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	r, err := p.StartRun(ctx, platform.StartRequest{Agent: "a", Task: "task mentioning " + secret, Tenant: "t", User: "u"})
+	r, err := p.Runs.Start(ctx, runs.StartRequest{Agent: "a", Task: "task mentioning " + secret, Tenant: "t", User: "u"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Engine.Execute(ctx, r.ID); err != nil {
+	if _, err := p.Embedded.Execute(ctx, r.ID); err != nil {
 		t.Fatal(err)
 	}
 	evs, _ := p.Store.Events(ctx, r.ID, 0, 0)

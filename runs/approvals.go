@@ -1,33 +1,15 @@
-package platform
+package runs
 
 import (
-	"bytes"
 	"context"
-	"os"
-
-	"gopkg.in/yaml.v3"
-
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
-)
-
-// Directory answers whether a user belongs to a group in a tenant. It is how
-// an approval's decider is checked; without one, no approval can be decided
-// (fail closed).
-type Directory interface {
-	InGroup(ctx context.Context, tenant, user, group string) (bool, error)
-}
-
-// Errors of approval decisions.
-var (
-	ErrApprovalNotPending = errors.New("approval is not pending")
-	ErrNotApprover        = errors.New("decider may not decide this approval")
 )
 
 // PendingApproval is an approval request still waiting for a decision.
@@ -40,14 +22,14 @@ type PendingApproval struct {
 
 // PendingApprovals lists the approvals waiting in runs of tenant ("" = all).
 // They are read from the runs' logs: the log is the only record.
-func (p *Platform) PendingApprovals(ctx context.Context, tenant string) ([]PendingApproval, error) {
-	runs, err := p.Store.ListRuns(ctx, store.RunFilter{Tenant: tenant, Status: store.StatusWaiting})
+func (s *Service) PendingApprovals(ctx context.Context, tenant string) ([]PendingApproval, error) {
+	waiting, err := s.o.Store.ListRuns(ctx, store.RunFilter{Tenant: tenant, Status: store.StatusWaiting})
 	if err != nil {
 		return nil, err
 	}
 	var out []PendingApproval
-	for _, r := range runs {
-		reqs, err := p.pendingIn(ctx, r)
+	for _, r := range waiting {
+		reqs, err := s.pendingIn(ctx, r)
 		if err != nil {
 			return nil, err
 		}
@@ -57,8 +39,8 @@ func (p *Platform) PendingApprovals(ctx context.Context, tenant string) ([]Pendi
 }
 
 // pendingIn lists the approvals of run's log that have no decision yet.
-func (p *Platform) pendingIn(ctx context.Context, run *store.Run) ([]PendingApproval, error) {
-	evs, err := p.Store.Events(ctx, run.ID, 0, 0)
+func (s *Service) pendingIn(ctx context.Context, run *store.Run) ([]PendingApproval, error) {
+	evs, err := s.o.Store.Events(ctx, run.ID, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -99,21 +81,21 @@ type DecideRequest struct {
 	Comment  string
 }
 
-// DecideApproval checks a decision and records it as a signal to the run:
-// the approval must be pending in a run of the caller's tenant, the decider
-// must belong to its group and must not be the run's requester, and edited
-// arguments must be a JSON object. The loop binds the decision to the
-// request's tool and arguments hash.
-func (p *Platform) DecideApproval(ctx context.Context, d DecideRequest) error {
+// Decide checks a decision and signals it to the run: the approval must be
+// pending in a run of the caller's tenant, the decider must belong to its
+// group and must not be the run's requester, and edited arguments must be
+// a JSON object. The loop binds the decision to the request's tool and
+// arguments hash.
+func (s *Service) Decide(ctx context.Context, d DecideRequest) error {
 	runID, _, _, err := trace.ParseApprovalID(d.ApprovalID)
 	if err != nil {
 		return fmt.Errorf("%w: %v", store.ErrNotFound, err)
 	}
-	run, err := p.Store.GetRun(ctx, runID)
-	if err != nil || (d.Tenant != "" && run.Tenant != d.Tenant) {
+	run, err := s.run(ctx, runID, d.Tenant)
+	if err != nil {
 		return fmt.Errorf("approval %s: %w", d.ApprovalID, store.ErrNotFound)
 	}
-	pending, err := p.pendingIn(ctx, run)
+	pending, err := s.pendingIn(ctx, run)
 	if err != nil {
 		return err
 	}
@@ -146,10 +128,10 @@ func (p *Platform) DecideApproval(ctx context.Context, d DecideRequest) error {
 	if d.Decider == run.User {
 		return fmt.Errorf("approval %s: %w: %s started the run and cannot approve its own request", d.ApprovalID, ErrNotApprover, d.Decider)
 	}
-	if p.Directory == nil {
+	if s.o.Approvers == nil {
 		return fmt.Errorf("approval %s: %w: no user directory is configured to check group %s", d.ApprovalID, ErrNotApprover, req.Group)
 	}
-	ok, err := p.Directory.InGroup(ctx, run.Tenant, d.Decider, req.Group)
+	ok, err := s.o.Approvers.InGroup(ctx, run.Tenant, d.Decider, req.Group)
 	if err != nil {
 		return err
 	}
@@ -161,36 +143,5 @@ func (p *Platform) DecideApproval(ctx context.Context, d DecideRequest) error {
 	if err != nil {
 		return err
 	}
-	return p.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: trace.SignalApproval, Payload: payload})
-}
-
-// StaticDirectory is a fixed tenant -> user -> groups map (demo and tests).
-type StaticDirectory map[string]map[string][]string
-
-// InGroup implements Directory.
-func (s StaticDirectory) InGroup(_ context.Context, tenant, user, group string) (bool, error) {
-	for _, g := range s[tenant][user] {
-		if g == group {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// LoadDirectoryFile reads a directory.yaml: tenant -> user -> groups.
-//
-//	example-bank:
-//	  supervisor@example-bank.in: [card-ops-supervisors]
-func LoadDirectoryFile(path string) (StaticDirectory, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var d StaticDirectory
-	if err := dec.Decode(&d); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return d, nil
+	return s.o.Engine.Signal(ctx, runID, engine.Signal{Kind: trace.SignalApproval, Payload: payload})
 }
