@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
@@ -28,19 +29,20 @@ func TestEmbeddedStartSignalCancel(t *testing.T) {
 	}
 	var seen []string
 	wf := func(ctx context.Context, env engine.Env) (engine.Outcome, error) {
-		sigs, err := env.Signals(ctx, 1)
-		if err != nil {
-			return engine.Outcome{}, err
-		}
-		for _, ev := range sigs {
-			var sg trace.Signal
-			_ = json.Unmarshal(ev.Payload, &sg)
-			seen = append(seen, sg.Kind+" "+string(sg.Payload))
-			if sg.Kind == trace.SignalCancel {
-				return engine.Outcome{Status: store.StatusCancelled}, nil
+		for {
+			sigs, err := env.Await(ctx, 1, time.Time{})
+			if err != nil {
+				return engine.Outcome{}, err
+			}
+			for _, ev := range sigs {
+				var sg trace.Signal
+				_ = json.Unmarshal(ev.Payload, &sg)
+				seen = append(seen, sg.Kind+" "+string(sg.Payload))
+				if sg.Kind == trace.SignalCancel {
+					return engine.Outcome{Status: store.StatusCancelled}, nil
+				}
 			}
 		}
-		return engine.Outcome{}, &engine.Suspend{}
 	}
 	e, err := engine.NewEmbedded(engine.Options{Store: s, Workflow: wf})
 	if err != nil {

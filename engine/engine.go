@@ -1,19 +1,26 @@
-// Package engine is agentplane's durable-execution engine on the embedded
-// store. A run's append-only, hash-chained event log is the whole of its
-// state: to resume a run, a worker re-runs the workflow (the agent loop) from
-// the top, and every recorded effect returns its recorded event instead of
-// running again. Only when the code reaches the end of the log does it go
-// live. Workers hold a lease per run; an expired lease is taken over by
-// another worker, and the lease epoch fences the old one out of the log. A
-// lease never outlives its TTL because the wall clock stepped back: the
-// store bounds such a lease to now + TTL when a worker next claims.
+// Package engine is agentplane's durable-execution seam and its embedded
+// engine on the store. A run's append-only, hash-chained event log is the
+// whole of its state. The workflow (the agent loop) reaches the outside
+// world only through Env: named activities with serialisable inputs
+// (Execute), records of what it decided (Record), signals and timers
+// (Signals, Await) and reads of immutable content by hash (Blob, Manifest,
+// RunLog). docs/design/engine.md describes the seam and what an engine must
+// implement.
 //
-// The workflow sees only the Env interface, so the same loop code can run on
-// another durable-execution engine (Temporal) that implements Env.
+// The embedded engine resumes a run by re-running the workflow from the top
+// over its log: every recorded effect returns its recorded event instead of
+// running again, and only at the end of the log does the code go live.
+// Workers hold a lease per run; an expired lease is taken over by another
+// worker, and the lease epoch fences the old one out of the log. A lease
+// never outlives its TTL because the wall clock stepped back: the store
+// bounds such a lease to now + TTL when a worker next claims. A run that
+// waits (Await) is parked: its lease is released, no goroutine or worker
+// slot is held, and a signal or its timer makes it claimable again.
 package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -21,8 +28,8 @@ import (
 	"github.com/agentplane/agentplane/store"
 )
 
-// Durability says whether an append must reach stable storage before Do
-// returns.
+// Durability says whether an append must reach stable storage before the
+// call that records it returns.
 type Durability int
 
 const (
@@ -39,19 +46,13 @@ var (
 	// log recorded at that position: the loop code or its inputs changed.
 	ErrNondeterminism = errors.New("nondeterminism: loop code diverged from the recorded log")
 	// ErrWouldGoLive is returned in verify mode when the code needs an
-	// effect the log does not hold.
+	// effect (or a wait) the log does not hold.
 	ErrWouldGoLive = errors.New("verify: the loop needs an effect that is not in the log")
-	// ErrSuspend, returned by a workflow (wrapped in a *Suspend), parks the run
-	// until a signal arrives or its timer fires. It holds no goroutine.
-	ErrSuspend = errors.New("run suspended")
 )
 
-// Suspend is the error a workflow returns to wait. WakeAt zero waits for a
-// signal only.
-type Suspend struct{ WakeAt time.Time }
-
-func (s *Suspend) Error() string { return ErrSuspend.Error() }
-func (s *Suspend) Unwrap() error { return ErrSuspend }
+// SignalTimer is the kind of the signal recorded when a wait's deadline
+// passes before any other signal arrives.
+const SignalTimer = "timer"
 
 // Outcome is how a workflow ended.
 type Outcome struct {
@@ -60,35 +61,99 @@ type Outcome struct {
 }
 
 // Workflow is deterministic code over an Env. It must read time, ids, model
-// output, tool output and external input only through the Env.
+// output, tool output and external input only through the Env, and return
+// every error the Env gives it (wrapped or not): some are how the engine
+// parks a waiting run.
 type Workflow func(ctx context.Context, env Env) (Outcome, error)
 
-// Env is the durable-execution interface the agent loop is written against.
-// It is used by one goroutine at a time.
+// RunInfo is what the workflow sees of its run: fields fixed when the run
+// was created.
+type RunInfo struct {
+	ID           string
+	Tenant       string
+	User         string
+	Agent        string
+	AgentVersion int
+	Task         string
+	// ParentRunID links a replay to the run it replays.
+	ParentRunID string
+	// Bindings are argument values this run may act on.
+	Bindings  map[string]string
+	CreatedAt time.Time
+}
+
+// Event is one recorded event as the workflow reads it.
+type Event struct {
+	Seq     int64
+	Type    string
+	Step    int
+	At      time.Time
+	Payload []byte // JSON
+}
+
+// Counters are the run's summary numbers the workflow reports (shown by
+// lists and the API; the log stays the record).
+type Counters struct {
+	Steps        int
+	InputTokens  int64
+	OutputTokens int64
+	CostMicros   int64
+	Currency     string
+	CostUnknown  bool
+}
+
+// Env is the durable-execution interface the agent loop is written
+// against. It is used by one goroutine at a time.
 type Env interface {
-	// Run is the run being executed (its immutable fields).
-	Run() *store.Run
-	// Replaying reports whether the next Do will be served from the log.
-	Replaying() bool
+	// Run is the run being executed.
+	Run() RunInfo
 	// Now is the time of the newest event read or written: deterministic.
 	Now() time.Time
-	// Do returns the recorded event of type typ at the cursor, or, past the
-	// end of the log, calls fn, appends its payload as a new event and returns
-	// that. A recorded event of another type is ErrNondeterminism.
-	Do(ctx context.Context, typ string, step int, d Durability, fn func(ctx context.Context) ([]byte, error)) (*store.Event, error)
-	// Signals returns external inputs recorded at the cursor, or, live, records
-	// and returns the run's pending signals (possibly none).
-	Signals(ctx context.Context, step int) ([]*store.Event, error)
-	// Summarize attaches run counters to the next append.
-	Summarize(u store.RunUpdate)
-	// Blobs is the content-addressed store for large payloads: the run's
-	// tenant's blobs.
-	Blobs() store.BlobStore
+	// Record returns the recorded event of type typ at the cursor, or, past
+	// the end of the log, appends payload (JSON bytes, or a value marshalled
+	// to JSON) as a new event. Payload must be computed by deterministic
+	// code; effects belong in activities (Execute).
+	Record(ctx context.Context, typ string, step int, d Durability, payload any) (Event, error)
+	// Execute returns the recorded result of c at the cursor, or, past the
+	// end of the log, runs the activity c names (retrying retryable errors)
+	// and records its result as an event of type c.Event. A recorded event
+	// of another type or step is ErrNondeterminism.
+	Execute(ctx context.Context, c Call) (Event, error)
+	// Signals returns the external inputs recorded at the cursor, or, live,
+	// records and returns the run's pending signals (possibly none) without
+	// waiting.
+	Signals(ctx context.Context, step int) ([]Event, error)
+	// Await is Signals that waits: it returns once at least one signal has
+	// arrived, in arrival order, each delivered exactly once; if deadline
+	// (zero: none) passes first, it returns one signal of kind SignalTimer.
+	// Over a recorded log that holds no signal at the cursor it returns
+	// none: the log's next event says what happened.
+	Await(ctx context.Context, step int, deadline time.Time) ([]Event, error)
+	// Report sets the run's counters with the next append.
+	Report(c Counters)
+	// Blob returns the content-addressed blob sum (checked against it).
+	Blob(ctx context.Context, sum [32]byte) ([]byte, error)
+	// BlobSize returns the size of blob sum.
+	BlobSize(ctx context.Context, sum [32]byte) (int64, error)
+	// Manifest returns the stored tool manifest whose content hash is sum.
+	Manifest(ctx context.Context, sum [32]byte) ([]byte, error)
+	// RunLog returns the recorded log of another run that has ended.
+	RunLog(ctx context.Context, runID string) ([]Event, error)
 }
+
+// parked is how the embedded engine's Await unwinds a run that must wait:
+// the workflow returns it, the run is released as waiting, and a signal or
+// the timer re-runs the workflow from its log.
+type parked struct{ wakeAt time.Time }
+
+func (p *parked) Error() string { return "run waits for a signal" }
 
 type env struct {
 	s        store.Store
+	acts     *Activities
+	retry    RetryPolicy
 	run      *store.Run
+	info     RunInfo
 	epoch    int64
 	recorded []store.Event
 	cursor   int
@@ -103,40 +168,151 @@ type env struct {
 	consumed map[int64]bool
 }
 
-func (e *env) Run() *store.Run        { return e.run }
-func (e *env) Replaying() bool        { return e.cursor < len(e.recorded) }
-func (e *env) Now() time.Time         { return e.now }
-func (e *env) Blobs() store.BlobStore { return e.s.Blobs(e.run.Tenant) }
-func (e *env) Summarize(u store.RunUpdate) {
-	if e.summary == nil {
-		e.summary = &store.RunUpdate{}
-	}
-	mergeUpdate(e.summary, u)
+func runInfo(r *store.Run) RunInfo {
+	return RunInfo{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: r.Agent, AgentVersion: r.AgentVersion, Task: r.Task,
+		ParentRunID: r.ParentRunID, Bindings: r.Bindings, CreatedAt: r.CreatedAt}
 }
 
-func (e *env) Do(ctx context.Context, typ string, step int, d Durability, fn func(ctx context.Context) ([]byte, error)) (*store.Event, error) {
-	if e.cursor < len(e.recorded) {
-		ev := &e.recorded[e.cursor]
-		if ev.Type != typ || ev.Step != step {
-			return nil, fmt.Errorf("%w: run %s seq %d recorded %s (step %d), code asked for %s (step %d)",
-				ErrNondeterminism, e.run.ID, ev.Seq, ev.Type, ev.Step, typ, step)
-		}
-		e.cursor++
-		e.now = ev.At
-		return ev, nil
+func view(ev *store.Event) Event {
+	return Event{Seq: ev.Seq, Type: ev.Type, Step: ev.Step, At: ev.At, Payload: ev.Payload}
+}
+
+func (e *env) Run() RunInfo   { return e.info }
+func (e *env) Now() time.Time { return e.now }
+
+func (e *env) Report(c Counters) {
+	e.summary = &store.RunUpdate{Steps: &c.Steps, InputTokens: &c.InputTokens, OutputTokens: &c.OutputTokens,
+		CostMicros: &c.CostMicros, Currency: &c.Currency, CostUnknown: &c.CostUnknown}
+}
+
+func (e *env) Blob(ctx context.Context, sum [32]byte) ([]byte, error) {
+	return e.s.Blobs(e.run.Tenant).GetBlob(ctx, sum)
+}
+func (e *env) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
+	return e.s.Blobs(e.run.Tenant).BlobSize(ctx, sum)
+}
+
+func (e *env) Manifest(ctx context.Context, sum [32]byte) ([]byte, error) {
+	rec, err := e.s.GetToolByHash(ctx, sum)
+	if err != nil {
+		return nil, err
+	}
+	return rec.Manifest, nil
+}
+
+func (e *env) RunLog(ctx context.Context, runID string) ([]Event, error) {
+	r, err := e.s.GetRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	if !store.Terminal(r.Status) {
+		// A log that may still grow is not immutable content.
+		return nil, fmt.Errorf("run %s has not ended (%s): its log may still change", runID, r.Status)
+	}
+	evs, err := e.s.Events(ctx, runID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(evs))
+	for i := range evs {
+		out[i] = view(&evs[i])
+	}
+	return out, nil
+}
+
+// recordedAt returns the recorded event at the cursor if it is typ at
+// step, advancing; ok is false past the end of the log.
+func (e *env) recordedAt(typ string, step int) (Event, bool, error) {
+	if e.cursor >= len(e.recorded) {
+		return Event{}, false, nil
+	}
+	ev := &e.recorded[e.cursor]
+	if ev.Type != typ || ev.Step != step {
+		return Event{}, false, fmt.Errorf("%w: run %s seq %d recorded %s (step %d), code asked for %s (step %d)",
+			ErrNondeterminism, e.run.ID, ev.Seq, ev.Type, ev.Step, typ, step)
+	}
+	e.cursor++
+	e.now = ev.At
+	return view(ev), true, nil
+}
+
+func (e *env) Record(ctx context.Context, typ string, step int, d Durability, payload any) (Event, error) {
+	if ev, ok, err := e.recordedAt(typ, step); ok || err != nil {
+		return ev, err
 	}
 	if e.verify {
-		return nil, fmt.Errorf("%w: %s at step %d", ErrWouldGoLive, typ, step)
+		return Event{}, fmt.Errorf("%w: %s at step %d", ErrWouldGoLive, typ, step)
 	}
-	payload, err := fn(ctx)
+	var b []byte
+	var err error
+	switch p := payload.(type) {
+	case []byte:
+		b = p
+	case json.RawMessage:
+		b = p
+	case json.Marshaler:
+		// A payload built only when appended (a replayed record costs
+		// nothing); its encoder is trusted to write valid JSON.
+		b, err = p.MarshalJSON()
+	default:
+		b, err = json.Marshal(payload)
+	}
 	if err != nil {
-		return nil, err
+		return Event{}, fmt.Errorf("record %s: %w", typ, err)
 	}
+	return e.appendOne(ctx, typ, step, d, b)
+}
+
+func (e *env) Execute(ctx context.Context, c Call) (Event, error) {
+	if ev, ok, err := e.recordedAt(c.Event, c.Step); ok || err != nil {
+		return ev, err
+	}
+	if e.verify {
+		return Event{}, fmt.Errorf("%w: %s (activity %s) at step %d", ErrWouldGoLive, c.Event, c.Activity, c.Step)
+	}
+	act, ok := e.acts.Lookup(c.Activity)
+	if !ok {
+		return Event{}, fmt.Errorf("activity %q is not registered with the engine", c.Activity)
+	}
+	payload, err := e.invoke(ctx, act, c)
+	if err != nil {
+		return Event{}, err
+	}
+	return e.appendOne(ctx, c.Event, c.Step, c.Durability, payload)
+}
+
+// invoke runs an activity, retrying errors it marks retryable.
+func (e *env) invoke(ctx context.Context, act Activity, c Call) ([]byte, error) {
+	backoff := e.retry.Backoff
+	for attempt := 1; ; attempt++ {
+		actx := WithActivityInfo(ctx, ActivityInfo{RunID: e.run.ID, Activity: c.Activity, Step: c.Step, Attempt: attempt})
+		out, err := act.Invoke(actx, c.Input)
+		if err == nil {
+			return out, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !IsRetryable(err) || attempt >= e.retry.MaxAttempts {
+			return nil, fmt.Errorf("activity %s (step %d, attempt %d): %w", c.Activity, c.Step, attempt, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		backoff = min(backoff*2, e.retry.MaxBackoff)
+	}
+}
+
+func (e *env) appendOne(ctx context.Context, typ string, step int, d Durability, payload []byte) (Event, error) {
 	evs, err := e.append(ctx, []pendingEvent{{typ: typ, step: step, payload: payload}}, d, nil)
 	if err != nil {
-		return nil, err
+		return Event{}, err
 	}
-	return &evs[0], nil
+	return view(&evs[0]), nil
 }
 
 type pendingEvent struct {
@@ -167,20 +343,58 @@ func (e *env) append(ctx context.Context, pe []pendingEvent, d Durability, consu
 	return evs, nil
 }
 
-func (e *env) Signals(ctx context.Context, step int) ([]*store.Event, error) {
+// recordedSignals consumes the signal events at the cursor.
+func (e *env) recordedSignals() []Event {
+	var out []Event
+	for e.cursor < len(e.recorded) && e.recorded[e.cursor].Type == "signal" {
+		ev := &e.recorded[e.cursor]
+		e.cursor++
+		e.now = ev.At
+		out = append(out, view(ev))
+	}
+	return out
+}
+
+func (e *env) Signals(ctx context.Context, step int) ([]Event, error) {
 	if e.cursor < len(e.recorded) {
-		var out []*store.Event
-		for e.cursor < len(e.recorded) && e.recorded[e.cursor].Type == "signal" {
-			ev := &e.recorded[e.cursor]
-			e.cursor++
-			e.now = ev.At
-			out = append(out, ev)
-		}
-		return out, nil
+		return e.recordedSignals(), nil
 	}
 	if e.verify {
 		return nil, nil
 	}
+	return e.consumePending(ctx, step)
+}
+
+func (e *env) Await(ctx context.Context, step int, deadline time.Time) ([]Event, error) {
+	if e.cursor < len(e.recorded) {
+		return e.recordedSignals(), nil
+	}
+	if e.verify {
+		return nil, fmt.Errorf("%w: a wait for a signal at step %d", ErrWouldGoLive, step)
+	}
+	sigs, err := e.consumePending(ctx, step)
+	if err != nil || len(sigs) > 0 {
+		return sigs, err
+	}
+	if !deadline.IsZero() && !e.clock().Before(deadline) {
+		// The timer fired: it is recorded like any other input, so a
+		// re-run sees time pass through its log.
+		payload, _ := json.Marshal(struct {
+			Kind    string            `json:"kind"`
+			Payload map[string]string `json:"payload"`
+		}{SignalTimer, map[string]string{"due": deadline.UTC().Format(time.RFC3339Nano)}})
+		evs, err := e.append(ctx, []pendingEvent{{typ: "signal", step: step, payload: payload}}, Buffered, nil)
+		if err != nil {
+			return nil, err
+		}
+		return []Event{view(&evs[0])}, nil
+	}
+	return nil, &parked{wakeAt: deadline}
+}
+
+// consumePending records the run's pending signals, in the transaction
+// that marks them consumed.
+func (e *env) consumePending(ctx context.Context, step int) ([]Event, error) {
 	all, err := e.s.PendingSignals(ctx, e.run.ID)
 	if err != nil {
 		return nil, err
@@ -210,39 +424,9 @@ func (e *env) Signals(ctx context.Context, step int) ([]*store.Event, error) {
 	for _, id := range ids {
 		e.consumed[id] = true
 	}
-	out := make([]*store.Event, len(evs))
+	out := make([]Event, len(evs))
 	for i := range evs {
-		out[i] = &evs[i]
+		out[i] = view(&evs[i])
 	}
 	return out, nil
-}
-
-func mergeUpdate(dst *store.RunUpdate, u store.RunUpdate) {
-	if u.Status != nil {
-		dst.Status = u.Status
-	}
-	if u.Steps != nil {
-		dst.Steps = u.Steps
-	}
-	if u.InputTokens != nil {
-		dst.InputTokens = u.InputTokens
-	}
-	if u.OutputTokens != nil {
-		dst.OutputTokens = u.OutputTokens
-	}
-	if u.CostMicros != nil {
-		dst.CostMicros = u.CostMicros
-	}
-	if u.Currency != nil {
-		dst.Currency = u.Currency
-	}
-	if u.CostUnknown != nil {
-		dst.CostUnknown = u.CostUnknown
-	}
-	if u.Result != nil {
-		dst.Result = u.Result
-	}
-	if u.WakeAt != nil {
-		dst.WakeAt = u.WakeAt
-	}
 }

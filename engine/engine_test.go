@@ -24,26 +24,37 @@ func openStore(t *testing.T, dir string) *sqlite.Store {
 	return s
 }
 
-// counter is a workflow with n effects; it counts real executions and can
-// be told to crash (return a context error) before effect k.
+// counter is a workflow with n effects, each an activity; it counts real
+// executions and can be told to crash (cancel its worker) inside effect k,
+// before the effect happens.
 type counter struct {
 	n        int
 	executed atomic.Int64
-	crashAt  atomic.Int64 // effect index to crash before; -1 never
+	crashAt  atomic.Int64 // effect index to crash in; -1 never
 	crash    context.CancelFunc
+}
+
+func (c *counter) effect(ctx context.Context, i int) (int, error) {
+	if int64(i) == c.crashAt.Load() {
+		c.crash() // the process dies: nothing after this point runs
+		return 0, ctx.Err()
+	}
+	c.executed.Add(1)
+	return i * 10, nil
+}
+
+func (c *counter) activities() *engine.Activities {
+	acts, err := engine.NewActivities(engine.NewActivity("effect", c.effect))
+	if err != nil {
+		panic(err)
+	}
+	return acts
 }
 
 func (c *counter) workflow(ctx context.Context, env engine.Env) (engine.Outcome, error) {
 	sum := 0
 	for i := 0; i < c.n; i++ {
-		if int64(i) == c.crashAt.Load() && !env.Replaying() {
-			c.crash() // the process dies: nothing after this point runs
-			return engine.Outcome{}, ctx.Err()
-		}
-		ev, err := env.Do(ctx, "effect", i, engine.Durable, func(context.Context) ([]byte, error) {
-			c.executed.Add(1)
-			return json.Marshal(i * 10)
-		})
+		ev, err := env.Execute(ctx, engine.Call{Activity: "effect", Event: "effect", Step: i, Durability: engine.Durable, Input: i})
 		if err != nil {
 			return engine.Outcome{}, err
 		}
@@ -53,7 +64,7 @@ func (c *counter) workflow(ctx context.Context, env engine.Env) (engine.Outcome,
 		}
 		sum += v
 	}
-	if _, err := env.Do(ctx, "done", c.n, engine.Durable, func(context.Context) ([]byte, error) { return json.Marshal(sum) }); err != nil {
+	if _, err := env.Record(ctx, "done", c.n, engine.Durable, sum); err != nil {
 		return engine.Outcome{}, err
 	}
 	return engine.Outcome{Status: store.StatusCompleted, Result: fmt.Sprint(sum)}, nil
@@ -66,7 +77,7 @@ func TestResumeReplaysRecordedEffects(t *testing.T) {
 	c.crashAt.Store(3)
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	e1, err := engine.New(engine.Options{Store: s, Workflow: c.workflow, Owner: "w1", LeaseTTL: time.Second, Clock: clock})
+	e1, err := engine.New(engine.Options{Store: s, Workflow: c.workflow, Activities: c.activities(), Owner: "w1", LeaseTTL: time.Second, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +100,7 @@ func TestResumeReplaysRecordedEffects(t *testing.T) {
 	}
 	// Another worker cannot take it before the lease expires ...
 	c.crashAt.Store(-1)
-	e2, _ := engine.New(engine.Options{Store: s, Workflow: c.workflow, Owner: "w2", LeaseTTL: time.Second, Clock: clock})
+	e2, _ := engine.New(engine.Options{Store: s, Workflow: c.workflow, Activities: c.activities(), Owner: "w2", LeaseTTL: time.Second, Clock: clock})
 	if _, err := e2.Execute(ctx, "r1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("claim under a live lease: err = %v, want ErrNotFound", err)
 	}
@@ -124,13 +135,13 @@ func TestNondeterminismDetected(t *testing.T) {
 	s := openStore(t, t.TempDir())
 	c := &counter{n: 3}
 	c.crashAt.Store(-1)
-	e, _ := engine.New(engine.Options{Store: s, Workflow: c.workflow, Owner: "w"})
+	e, _ := engine.New(engine.Options{Store: s, Workflow: c.workflow, Activities: c.activities(), Owner: "w"})
 	s.CreateRun(ctx, &store.Run{ID: "r", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x", Mode: "async"})
 	if _, err := e.Execute(ctx, "r"); err != nil {
 		t.Fatal(err)
 	}
 	changed := func(ctx context.Context, env engine.Env) (engine.Outcome, error) {
-		_, err := env.Do(ctx, "something-else", 0, engine.Buffered, func(context.Context) ([]byte, error) { return []byte("1"), nil })
+		_, err := env.Record(ctx, "something-else", 0, engine.Buffered, 1)
 		return engine.Outcome{}, err
 	}
 	e2, _ := engine.New(engine.Options{Store: s, Workflow: changed, Owner: "w"})
@@ -160,16 +171,13 @@ func TestStaleWorkerIsFencedOut(t *testing.T) {
 	}
 }
 
-func TestSuspendAndSignalWake(t *testing.T) {
+func TestAwaitParksUntilSignal(t *testing.T) {
 	ctx := context.Background()
 	s := openStore(t, t.TempDir())
 	wf := func(ctx context.Context, env engine.Env) (engine.Outcome, error) {
-		sigs, err := env.Signals(ctx, 0)
+		sigs, err := env.Await(ctx, 0, time.Time{})
 		if err != nil {
 			return engine.Outcome{}, err
-		}
-		if len(sigs) == 0 {
-			return engine.Outcome{}, &engine.Suspend{}
 		}
 		return engine.Outcome{Status: store.StatusCompleted, Result: string(sigs[0].Payload)}, nil
 	}

@@ -25,7 +25,7 @@ func TestLeaseSurvivesClockStepBack(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
 	const ttl = 10 * time.Second
-	e1, err := engine.New(engine.Options{Store: s, Workflow: c.workflow, Owner: "w1", LeaseTTL: ttl, Clock: clock})
+	e1, err := engine.New(engine.Options{Store: s, Workflow: c.workflow, Activities: c.activities(), Owner: "w1", LeaseTTL: ttl, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestLeaseSurvivesClockStepBack(t *testing.T) {
 	back := clock().Add(-3 * time.Hour)
 	set(back)
 	c.crashAt.Store(-1)
-	e2, _ := engine.New(engine.Options{Store: s, Workflow: c.workflow, Owner: "w2", LeaseTTL: ttl, Clock: clock})
+	e2, _ := engine.New(engine.Options{Store: s, Workflow: c.workflow, Activities: c.activities(), Owner: "w2", LeaseTTL: ttl, Clock: clock})
 	if _, err := e2.Execute(ctx, "r1"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("claim right after the step: err = %v, want ErrNotFound (the lease still has up to a TTL)", err)
 	}

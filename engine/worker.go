@@ -15,14 +15,14 @@ import (
 	"github.com/agentplane/agentplane/trace"
 )
 
-// SignalTimer is the kind of the signal the engine records when a waiting
-// run's timer fires.
-const SignalTimer = "timer"
-
 // Options configure a Worker and the Embedded engine.
 type Options struct {
 	Store    store.Store
 	Workflow Workflow
+	// Activities are the activities the workflow names in its Calls.
+	Activities *Activities
+	// Retry bounds the retries of retryable activity errors.
+	Retry RetryPolicy
 	// Owner names this worker in leases (default host:pid:random).
 	Owner string
 	// LeaseTTL is how long a lease lasts without renewal (default 15s). A
@@ -54,6 +54,7 @@ func New(o Options) (*Worker, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	o.Retry = o.Retry.withDefaults()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -67,7 +68,7 @@ func New(o Options) (*Worker, error) {
 // Owner returns this worker's lease owner name.
 func (e *Worker) Owner() string { return e.o.Owner }
 
-// Execute claims the run and drives it until it ends or suspends, returning
+// Execute claims the run and drives it until it ends or waits, returning
 // the run as stored afterwards. ErrNotFound means it is not runnable now (it
 // ended, waits, or another worker holds it).
 func (e *Worker) Execute(ctx context.Context, runID string) (*store.Run, error) {
@@ -200,23 +201,12 @@ func (e *Worker) drive(parent context.Context, run *store.Run) error {
 			}
 		}
 	}()
-	// A due timer becomes a recorded signal, so the workflow sees time pass
-	// through its log like any other input.
-	if now := e.o.Clock(); !run.WakeAt.IsZero() && !now.Before(run.WakeAt) {
-		payload, _ := json.Marshal(map[string]string{"due": run.WakeAt.UTC().Format(time.RFC3339Nano)})
-		if err := e.o.Store.SendSignal(ctx, &store.Signal{RunID: run.ID, Kind: SignalTimer, Payload: payload}); err != nil {
-			cancel(nil)
-			close(stopRenew)
-			<-renewDone
-			return err
-		}
-	}
 	out, err := e.runOnce(ctx, run)
 	close(stopRenew)
 	<-renewDone
 
 	rctx := context.WithoutCancel(parent)
-	var sus *Suspend
+	var park *parked
 	switch {
 	case err == nil:
 		var noWake time.Time
@@ -228,9 +218,11 @@ func (e *Worker) drive(parent context.Context, run *store.Run) error {
 			e.o.Logger.Warn("run failed", "run", run.ID, "tenant", run.Tenant, "agent", fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion), "reason", out.Result)
 		}
 		return nil
-	case errors.As(err, &sus):
+	case errors.As(err, &park):
+		// Waiting holds nothing: the lease goes, and a signal or the timer
+		// makes the run claimable again.
 		st := store.StatusWaiting
-		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, WakeAt: &sus.WakeAt})
+		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, WakeAt: &park.wakeAt})
 	case errors.Is(err, trace.ErrDamaged):
 		// Failed closed: the run never resumes from a log that does not
 		// verify. Nothing is appended to the damaged log; the reason is
@@ -265,7 +257,8 @@ func (e *Worker) newEnv(ctx context.Context, run *store.Run, verify bool) (*env,
 	if err := trace.CheckLog(ctx, e.o.Store.Blobs(run.Tenant), evs); err != nil {
 		return nil, err
 	}
-	en := &env{s: e.o.Store, run: run, epoch: run.LeaseEpoch, recorded: evs, clock: e.o.Clock, verify: verify}
+	en := &env{s: e.o.Store, acts: e.o.Activities, retry: e.o.Retry, run: run, info: runInfo(run), epoch: run.LeaseEpoch,
+		recorded: evs, clock: e.o.Clock, verify: verify}
 	if n := len(evs); n > 0 {
 		en.seq, en.head = evs[n-1].Seq, evs[n-1].Hash
 	}

@@ -13,10 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/engine"
-	"github.com/agentplane/agentplane/internal/jsoncanon"
 	"github.com/agentplane/agentplane/model"
-	"github.com/agentplane/agentplane/store"
-	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -61,11 +58,10 @@ func (n *approvalNeed) groups() []string {
 // needs, or it is rejected, expires or is cancelled. An edit is a new call:
 // the broker decides it again with every control; if it then needs a group
 // its editor is not in (or its editor started the run), the edited call
-// goes to that group as a new request and the run waits again. Waiting
-// returns *engine.Suspend: the run is parked with its timer and holds
-// nothing.
-func (l *Loop) approve(ctx context.Context, st *state, step, index int, call model.Part, m *tool.Manifest,
-	attempt *trace.ToolAttempt, aev *store.Event, args []byte) (approvalResult, error) {
+// goes to that group as a new request and the run waits again. Waiting is
+// the engine's (engine.Env.Await): the loop only says until when.
+func (l *Loop) approve(ctx context.Context, st *state, step, index int, call model.Part, mhash string,
+	attempt *trace.ToolAttempt, aev engine.Event, args []byte) (approvalResult, error) {
 	cur := approvalNeed{need: *attempt.Decision.Approval, args: args, content: &attempt.Args, argsHash: attempt.ArgsHash}
 	covered := map[string]bool{}
 	var res approvalResult
@@ -95,7 +91,7 @@ func (l *Loop) approve(ctx context.Context, st *state, step, index int, call mod
 		if stop != "" {
 			return approvalResult{stop: stop}, nil
 		}
-		d, dev, err := l.recordDecision(ctx, st, step, index, call, m, req, a, &cur)
+		d, dev, err := l.recordDecision(ctx, st, step, index, call, mhash, req, a, &cur)
 		st.waitedMS += (st.env.Now().UnixMicro() - reqEv.At.UnixMicro()) / 1000
 		if err != nil {
 			return approvalResult{}, err
@@ -198,51 +194,47 @@ func uncovered(groups []string, covered map[string]bool) string {
 
 // requestApproval records (once) the round-th request for the call.
 func (l *Loop) requestApproval(ctx context.Context, st *state, step, index, round int, call model.Part, cur *approvalNeed, ask string,
-	since time.Time, prev, why string) (*trace.ApprovalRequested, *store.Event, error) {
+	since time.Time, prev, why string) (*trace.ApprovalRequested, engine.Event, error) {
 	expires := time.Duration(cur.need.ExpiresMS) * time.Millisecond
 	if expires <= 0 {
 		expires = broker.DefaultApprovalExpiry
 	}
-	reqEv, err := st.env.Do(ctx, trace.EvApprovalReq, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
-		var content trace.Content
-		if cur.content != nil {
-			content = *cur.content
-		} else {
-			c, err := trace.MakeContent(ctx, st.env.Blobs(), cur.args, l.o.InlineLimit, displayPreview)
-			if err != nil {
-				return nil, err
-			}
-			content = c
-		}
-		q := trace.ApprovalRequested{ApprovalID: trace.ApprovalRoundID(st.run.ID, step, index, round), CallID: call.ToolUseID, Index: index, Tool: call.Name,
-			Args: content, ArgsHash: cur.argsHash, Group: ask, Requester: st.run.User,
-			ExpiresAt: since.Add(expires), Description: describeCall(call.Name, cur.args), Rule: cur.need.Rule,
-			Warnings: cur.need.Warnings, Previous: prev, Why: why}
-		if gs := cur.groups(); len(gs) > 1 {
-			q.Groups = gs
-		}
-		if round > 1 {
-			q.Round = round
-		}
-		return json.Marshal(q)
-	})
+	q := trace.ApprovalRequested{ApprovalID: trace.ApprovalRoundID(st.run.ID, step, index, round), CallID: call.ToolUseID, Index: index, Tool: call.Name,
+		ArgsHash: cur.argsHash, Group: ask, Requester: st.run.User,
+		ExpiresAt: since.Add(expires), Description: describeCall(call.Name, cur.args), Rule: cur.need.Rule,
+		Warnings: cur.need.Warnings, Previous: prev, Why: why}
+	if gs := cur.groups(); len(gs) > 1 {
+		q.Groups = gs
+	}
+	if round > 1 {
+		q.Round = round
+	}
+	var reqEv engine.Event
+	var err error
+	if cur.content != nil {
+		q.Args = *cur.content
+		reqEv, err = st.env.Record(ctx, trace.EvApprovalReq, step, engine.Buffered, q)
+	} else {
+		// Edited arguments are not stored yet: storing them is an effect.
+		reqEv, err = st.env.Execute(ctx, engine.Call{Activity: ActApprovalRequest, Event: trace.EvApprovalReq, Step: step, Durability: engine.Buffered,
+			Input: ApprovalRequestInput{Tenant: st.run.Tenant, Request: q, Args: cur.args}})
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, engine.Event{}, err
 	}
 	var req trace.ApprovalRequested
 	if err := json.Unmarshal(reqEv.Payload, &req); err != nil {
-		return nil, nil, err
+		return nil, engine.Event{}, err
 	}
 	return &req, reqEv, nil
 }
 
-// awaitDecision waits for a decision on req, a timer past its expiry, or a
-// cancel. A nil signal with no stop means the request expired (or, while
-// replaying, that the log's next event is the recorded decision).
+// awaitDecision waits for a decision on req, its expiry, or a cancel. A
+// nil signal with no stop means the request expired (or an older log
+// records the decision without the signal before it).
 func (l *Loop) awaitDecision(ctx context.Context, st *state, step int, req *trace.ApprovalRequested) (*trace.ApprovalSignal, string, error) {
 	for {
-		live := !st.env.Replaying()
-		sigs, err := st.env.Signals(ctx, step)
+		sigs, err := st.env.Await(ctx, step, req.ExpiresAt)
 		if err != nil {
 			return nil, "", err
 		}
@@ -255,7 +247,7 @@ func (l *Loop) awaitDecision(ctx context.Context, st *state, step int, req *trac
 			}
 			switch sg.Kind {
 			case trace.SignalMessage:
-				if err := st.tr.Add(ev); err != nil { // held until the next step
+				if err := st.add(ev); err != nil { // held until the next step
 					return nil, "", err
 				}
 			case trace.SignalCancel:
@@ -278,96 +270,33 @@ func (l *Loop) awaitDecision(ctx context.Context, st *state, step int, req *trac
 		if cancelled {
 			return nil, stopCancelled, nil
 		}
-		if decided != nil || expired {
+		if decided != nil || expired || len(sigs) == 0 {
 			return decided, "", nil
 		}
-		if !live && len(sigs) > 0 {
-			continue // the log may hold more signals, or the live ones may decide
-		}
-		if !live {
-			// The log holds no signal here: what it holds next must be the
-			// decision (Do reports nondeterminism otherwise).
-			return nil, "", nil
-		}
-		return nil, "", &engine.Suspend{WakeAt: req.ExpiresAt}
 	}
 }
 
-// recordDecision records the outcome of one request. An edit is decided
-// again by the broker as a new call; the groups the decider covers, of
-// those the (edited) call needs, are looked up here, so a replay reads them
-// from the log.
-func (l *Loop) recordDecision(ctx context.Context, st *state, step, index int, call model.Part, m *tool.Manifest,
-	req *trace.ApprovalRequested, a *trace.ApprovalSignal, cur *approvalNeed) (*trace.ApprovalDecided, *store.Event, error) {
-	ev, err := st.env.Do(ctx, trace.EvApprovalDec, step, engine.Durable, func(ctx context.Context) ([]byte, error) {
-		d := trace.ApprovalDecided{ApprovalID: req.ApprovalID, Outcome: trace.ApprovalExpired}
-		if a == nil {
-			return json.Marshal(d)
-		}
-		d.Decider, d.Comment, d.Checked = a.Decider, a.Comment, true
-		switch a.Decision {
-		case "approve":
-			d.Outcome = trace.ApprovalApproved
-			covers, err := l.covers(ctx, st, a.Decider, cur.groups())
-			if err != nil {
-				return nil, err
-			}
-			d.Covers = covers
-		case "reject":
-			d.Outcome = trace.ApprovalRejected
-		case "edit":
-			d.Outcome = trace.ApprovalEdited
-			edited, err := jsoncanon.Canonicalize(a.Args)
-			if err != nil || len(edited) == 0 || edited[0] != '{' {
-				d.Outcome, d.Comment = trace.ApprovalRejected, "edited arguments are not a JSON object"
-				break
-			}
-			e, before := string(edited), string(cur.args)
-			d.EditedArgs, d.PreviousArgs = &e, &before
-			// Edited arguments are a new call: every control runs again,
-			// as the run's user, with the run's history and bindings.
-			nd := l.o.Broker.Decide(ctx, broker.Proposal{RunID: st.run.ID, Tenant: st.run.Tenant, User: st.run.User,
-				Step: step, Index: index, Tool: call.Name, Args: edited, Manifest: m,
-				Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, Run: st.runState()})
-			d.Recheck = &nd
-			if !nd.Allowed && nd.Control == broker.ControlApproval && nd.Approval != nil {
-				n := approvalNeed{need: *nd.Approval}
-				covers, err := l.covers(ctx, st, a.Decider, n.groups())
-				if err != nil {
-					return nil, err
-				}
-				d.Covers = covers
-			}
-		}
-		return json.Marshal(d)
-	})
+// recordDecision records the outcome of one request: an expiry here, a
+// decision through the approval activity.
+func (l *Loop) recordDecision(ctx context.Context, st *state, step, index int, call model.Part, mhash string,
+	req *trace.ApprovalRequested, a *trace.ApprovalSignal, cur *approvalNeed) (*trace.ApprovalDecided, engine.Event, error) {
+	var ev engine.Event
+	var err error
+	if a == nil {
+		ev, err = st.env.Record(ctx, trace.EvApprovalDec, step, engine.Durable, trace.ApprovalDecided{ApprovalID: req.ApprovalID, Outcome: trace.ApprovalExpired})
+	} else {
+		ev, err = st.env.Execute(ctx, engine.Call{Activity: ActApprovalDecision, Event: trace.EvApprovalDec, Step: step, Durability: engine.Durable,
+			Input: ApprovalDecisionInput{Run: st.run, Step: step, Index: index, Tool: call.Name, Manifest: mhash, ApprovalID: req.ApprovalID,
+				Signal: *a, Args: cur.args, Groups: cur.groups(), State: st.runState()}})
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, engine.Event{}, err
 	}
 	var d trace.ApprovalDecided
 	if err := json.Unmarshal(ev.Payload, &d); err != nil {
-		return nil, nil, err
+		return nil, engine.Event{}, err
 	}
 	return &d, ev, nil
-}
-
-// covers returns the groups of groups that user may approve for: none for
-// the run's own user, none without a directory (fail closed).
-func (l *Loop) covers(ctx context.Context, st *state, user string, groups []string) ([]string, error) {
-	if user == "" || user == st.run.User || l.o.Approvers == nil {
-		return nil, nil
-	}
-	var out []string
-	for _, g := range groups {
-		ok, err := l.o.Approvers.InGroup(ctx, st.run.Tenant, user, g)
-		if err != nil {
-			return nil, fmt.Errorf("check approver %s in group %s: %w", user, g, err)
-		}
-		if ok {
-			out = append(out, g)
-		}
-	}
-	return out, nil
 }
 
 // describeCall states a call in plain words for the approver.

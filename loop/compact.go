@@ -23,38 +23,15 @@ func (l *Loop) maybeCompact(ctx context.Context, st *state, step int) error {
 	if !pol.Due(msgs, model.EstimateTokens(st.tr.Request(false))) {
 		return nil
 	}
-	ev, err := st.env.Do(ctx, trace.EvCompaction, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
-		var out trace.Compaction
-		head, old, recent, ok := model.SplitSteps(msgs, c.KeepSteps)
-		if !ok {
-			out.Error = "nothing to compact"
-			return json.Marshal(out)
-		}
-		comp := &model.Compactor{Models: l.o.Models, Alias: c.Alias}
-		res, err := comp.Compact(ctx, model.CompactInput{PreviousNote: model.PreviousNote(head), Steps: old}, model.Attribution{
-			Tenant: st.run.Tenant, User: st.run.User, Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, RunID: st.run.ID, Step: step})
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			out.Error = err.Error()
-			return json.Marshal(out)
-		}
-		note, err := trace.MakeContent(ctx, st.env.Blobs(), []byte(res.Note), l.o.InlineLimit, displayPreview)
-		if err != nil {
-			return nil, err
-		}
-		out.Note, out.KeptMessages, out.CompactedMessages = note, len(recent), len(old)
-		out.Identifiers, out.Restored = len(res.Identifiers), res.Restored
-		if call := res.Call; call != nil {
-			out.Model, out.LatencyMS = call.ModelID, call.LatencyMS
-			out.InputTokens, out.OutputTokens = call.Usage.TotalInput(), call.Usage.OutputTokens
-			if call.CostKnown {
-				out.CostMicros, _, out.CostKnown = l.convert(call.Cost, st.budgets.MaxCost.Currency)
-			}
-		}
-		return json.Marshal(out)
-	})
+	var ev engine.Event
+	var err error
+	if head, old, recent, ok := model.SplitSteps(msgs, c.KeepSteps); ok {
+		ev, err = st.env.Execute(ctx, engine.Call{Activity: ActCompact, Event: trace.EvCompaction, Step: step, Durability: engine.Buffered,
+			Input: CompactInput{Alias: c.Alias, PreviousNote: model.PreviousNote(head), Steps: old, Kept: len(recent), Currency: st.budgets.MaxCost.Currency,
+				Attribution: model.Attribution{Tenant: st.run.Tenant, User: st.run.User, Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, RunID: st.run.ID, Step: step}}})
+	} else {
+		ev, err = st.env.Record(ctx, trace.EvCompaction, step, engine.Buffered, trace.Compaction{Error: "nothing to compact"})
+	}
 	if err != nil {
 		return err
 	}
@@ -74,5 +51,5 @@ func (l *Loop) maybeCompact(ctx context.Context, st *state, step int) error {
 		st.compactAfter = step + max(c.EverySteps, 3)
 		return nil
 	}
-	return st.tr.Add(ev)
+	return st.add(ev)
 }

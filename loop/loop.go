@@ -3,7 +3,9 @@
 // gateway, sends each proposed tool call through the broker, and records
 // everything in the run's event log. Because every input arrives through a
 // recorded event, re-running the loop over a run's log reproduces the run
-// without calling a model or a tool.
+// without calling a model or a tool. Its effects are named activities with
+// serialisable inputs (activities.go), run and recorded by the engine, so
+// they can run on another engine's workers.
 //
 // Approvals (approval.go) chain until approvers cover every group a call
 // needs; an edit is decided again by the broker as a new call. Taint
@@ -19,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/agentplane/agentplane/broker"
@@ -75,8 +78,12 @@ type Options struct {
 	Resolve Resolver
 	Models  Models
 	Broker  *broker.Broker
-	// Tools loads pinned manifests by hash on resume and replay.
+	// Tools loads pinned manifests by hash for the activities (the
+	// workflow reads them through its engine.Env).
 	Tools store.ToolStore
+	// Blobs stores large payloads the activities record, in the run's
+	// tenant's blobs.
+	Blobs store.Blobs
 	// Rates converts call costs into the budget's currency (nil: same
 	// currency only).
 	Rates *model.Rates
@@ -89,8 +96,6 @@ type Options struct {
 	// result reaches it as a handle plus preview (default 16384; a manifest's
 	// max_output_bytes lowers it).
 	MaxResultBytes int
-	// Source reads other runs' logs (the original of a replay).
-	Source store.EventStore
 	// ReplaySpec returns the replay instructions stored for a new run, or
 	// nil when the run is not a replay. Called once, when the run starts.
 	ReplaySpec func(ctx context.Context, runID string) (*trace.ReplayInfo, error)
@@ -128,12 +133,14 @@ type Loop struct {
 	o Options
 	// manifests parses each pinned manifest once (resumes load them again).
 	manifests tool.ManifestCache
+	acts      *Activities
+	reg       *engine.Activities
 }
 
 // New validates options and returns a Loop.
 func New(o Options) (*Loop, error) {
-	if o.Resolve == nil || o.Models == nil || o.Broker == nil || o.Tools == nil {
-		return nil, errors.New("loop: Resolve, Models, Broker and Tools are required")
+	if o.Resolve == nil || o.Models == nil || o.Broker == nil || o.Tools == nil || o.Blobs == nil {
+		return nil, errors.New("loop: Resolve, Models, Broker, Tools and Blobs are required")
 	}
 	if o.InlineLimit <= 0 {
 		o.InlineLimit = 4096
@@ -165,14 +172,26 @@ func New(o Options) (*Loop, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Loop{o: o}, nil
+	l := &Loop{o: o}
+	l.acts = &Activities{o: &l.o, manifests: &l.manifests}
+	reg, err := l.acts.Register()
+	if err != nil {
+		return nil, err
+	}
+	l.reg = reg
+	return l, nil
 }
+
+// Activities returns the loop's activities by name: what an engine running
+// Workflow must be given (engine.Options.Activities), and what a remote
+// worker of another engine registers.
+func (l *Loop) Activities() *engine.Activities { return l.reg }
 
 // state is what the loop knows at a point of the log; it is rebuilt
 // identically on every replay.
 type state struct {
 	env         engine.Env
-	run         *store.Run
+	run         engine.RunInfo
 	started     trace.RunStarted
 	startAt     int64 // micros
 	tools       map[string]*tool.Manifest
@@ -208,37 +227,48 @@ type state struct {
 	// modelErr is why the last failed model call failed, for the run's
 	// end reason.
 	modelErr string
-	// sandboxed is set once a tool result came from a sandbox: the run
-	// then records its sandboxes' teardown before it ends.
+	// sandboxed is set once a tool result came from a sandbox, or (from
+	// LoopVersion1) once a tier-2/3 call ran: the run then records its
+	// sandboxes' teardown before it ends.
 	sandboxed bool
 	// handles are the blob handles shown to the model (truncated results):
 	// the only blobs a tool may be given by handle.
 	handles map[string]bool
 	// reviewed are the granted tools whose manifests the platform
-	// reviewed, as run_started recorded them.
+	// reviewed, as run_started recorded them; toolHash their pinned
+	// manifest hashes (hex).
 	reviewed map[string]bool
+	toolHash map[string]string
 }
 
-// ReadHandle gives a tool the content behind a handle this run showed the
-// model, at most limit bytes.
-func (st *state) ReadHandle(ctx context.Context, handle string, limit int64) ([]byte, error) {
-	sum, ok := strings.CutPrefix(handle, "blob:")
-	if !ok || !st.handles[sum] {
-		return nil, fmt.Errorf("%q is not a handle this run has seen", trace.Preview([]byte(handle), 80))
+// handleList lists the blob handles shown to the model, sorted.
+func (st *state) handleList() []string {
+	if len(st.handles) == 0 {
+		return nil
 	}
-	c := trace.Content{Blob: sum}
-	h, err := c.Sum()
+	out := make([]string, 0, len(st.handles))
+	for h := range st.handles {
+		out = append(out, h)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// add feeds a recorded event to the transcript.
+func (st *state) add(ev engine.Event) error {
+	return st.tr.Add(&store.Event{RunID: st.run.ID, Seq: ev.Seq, Type: ev.Type, Step: ev.Step, At: ev.At, Payload: ev.Payload})
+}
+
+// load returns the bytes of c, reading a blob through the engine.
+func (st *state) load(ctx context.Context, c trace.Content) ([]byte, error) {
+	if !c.IsBlob() {
+		return []byte(c.Text), nil
+	}
+	sum, err := c.Sum()
 	if err != nil {
 		return nil, err
 	}
-	size, err := st.env.Blobs().BlobSize(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	if size > limit {
-		return nil, fmt.Errorf("handle %s holds %d bytes, over the %d-byte limit", handle, size, limit)
-	}
-	return st.env.Blobs().GetBlob(ctx, h)
+	return st.env.Blob(ctx, sum)
 }
 
 // Workflow is the engine.Workflow of the agent loop.
@@ -261,7 +291,7 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 		for _, ev := range sigs {
 			// Messages join the transcript; approvals and timers that arrive
 			// when nothing waits are stale and ignored (they stay in the log).
-			if err := st.tr.Add(ev); err != nil {
+			if err := st.add(ev); err != nil {
 				return engine.Outcome{}, err
 			}
 			var sg trace.Signal
@@ -270,14 +300,11 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 				return l.end(ctx, st, step, store.StatusCancelled, "", "cancelled by request")
 			}
 		}
-		ss, err := env.Do(ctx, trace.EvStepStarted, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
-			return json.Marshal(trace.StepStarted{Steps: st.steps, InputTokens: st.inTokens, CostMicros: st.cost,
-				ElapsedMS: (env.Now().UnixMicro()-st.startAt)/1000 - st.waitedMS})
-		})
+		ss, err := env.Record(ctx, trace.EvStepStarted, step, engine.Buffered, stepStarted{st})
 		if err != nil {
 			return engine.Outcome{}, err
 		}
-		if err := st.tr.Add(ss); err != nil {
+		if err := st.add(ss); err != nil {
 			return engine.Outcome{}, err
 		}
 		elapsedMS := (ss.At.UnixMicro()-st.startAt)/1000 - st.waitedMS
@@ -326,60 +353,25 @@ func (l *Loop) Workflow(ctx context.Context, env engine.Env) (engine.Outcome, er
 	}
 }
 
+// stepStarted marshals the step_started record only when it is appended
+// (a replayed step reads the recorded one).
+type stepStarted struct{ st *state }
+
+func (s stepStarted) MarshalJSON() ([]byte, error) {
+	st := s.st
+	return json.Marshal(trace.StepStarted{Steps: st.steps, InputTokens: st.inTokens, CostMicros: st.cost,
+		ElapsedMS: (st.env.Now().UnixMicro()-st.startAt)/1000 - st.waitedMS})
+}
+
 // start records or replays run_started and rebuilds the pinned context.
 func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 	run := env.Run()
-	ev, err := env.Do(ctx, trace.EvRunStarted, 0, engine.Buffered, func(ctx context.Context) ([]byte, error) {
-		a, err := l.o.Resolve(ctx, run.Agent, run.AgentVersion)
-		if err != nil {
-			return nil, fmt.Errorf("resolve agent %s@%d: %w", run.Agent, run.AgentVersion, err)
-		}
-		var replay *trace.ReplayInfo
-		if l.o.ReplaySpec != nil {
-			if replay, err = l.o.ReplaySpec(ctx, run.ID); err != nil {
-				return nil, err
-			}
-		}
-		if replay != nil {
-			if replay.ModelAlias != "" {
-				a.ModelAlias = replay.ModelAlias
-			}
-			if replay.Instructions != "" {
-				a.Instructions = replay.Instructions
-			}
-		}
-		defs := make([]model.ToolDef, 0, len(a.Tools))
-		refs := make([]trace.ToolRef, 0, len(a.Tools))
-		for _, m := range a.Tools {
-			name, desc, schema := m.Def()
-			defs = append(defs, model.ToolDef{Name: name, Description: desc, InputSchema: schema})
-			h := m.Hash()
-			refs = append(refs, trace.ToolRef{Name: m.Name, Hash: hex.EncodeToString(h[:]), Reviewed: l.o.Broker.Reviewed(m)})
-		}
-		defsJSON, err := json.Marshal(defs)
-		if err != nil {
-			return nil, err
-		}
-		sys, err := trace.MakeContent(ctx, env.Blobs(), []byte(a.Instructions), l.o.InlineLimit, displayPreview)
-		if err != nil {
-			return nil, err
-		}
-		td, err := trace.MakeContent(ctx, env.Blobs(), defsJSON, l.o.InlineLimit, displayPreview)
-		if err != nil {
-			return nil, err
-		}
-		budgets, _ := json.Marshal(a.Budgets)
-		return json.Marshal(trace.RunStarted{
-			Agent: a.Name, AgentVersion: a.Version, AgentHash: hex.EncodeToString(a.Hash[:]),
-			Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: a.ModelAlias,
-			Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: a.Compaction, Temperature: a.Temperature,
-			Bindings: run.Bindings, TaintRules: trace.TaintRules2,
-		})
-	})
+	ev, err := env.Execute(ctx, engine.Call{Activity: ActStart, Event: trace.EvRunStarted, Step: 0, Durability: engine.Buffered,
+		Input: StartInput{Run: run}})
 	if err != nil {
 		return nil, err
 	}
-	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, seenResults: map[string]bool{}, calls: map[string]int{}, handles: map[string]bool{}, reviewed: map[string]bool{}, startAt: ev.At.UnixMicro()}
+	st := &state{env: env, run: run, tools: map[string]*tool.Manifest{}, repeats: map[string]int{}, seenResults: map[string]bool{}, calls: map[string]int{}, handles: map[string]bool{}, reviewed: map[string]bool{}, toolHash: map[string]string{}, startAt: ev.At.UnixMicro()}
 	if err := json.Unmarshal(ev.Payload, &st.started); err != nil {
 		return nil, fmt.Errorf("run_started payload: %w", err)
 	}
@@ -387,18 +379,19 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		return nil, fmt.Errorf("run_started budgets: %w", err)
 	}
 	for _, ref := range st.started.Tools {
-		m, err := l.loadManifest(ctx, ref)
+		m, err := l.loadManifest(ctx, env, ref)
 		if err != nil {
 			return nil, err
 		}
 		st.tools[m.Name] = m
 		st.reviewed[m.Name] = ref.Reviewed
+		st.toolHash[m.Name] = ref.Hash
 	}
-	sys, err := trace.Load(ctx, env.Blobs(), st.started.System)
+	sys, err := st.load(ctx, st.started.System)
 	if err != nil {
 		return nil, fmt.Errorf("load system prompt: %w", err)
 	}
-	defsJSON, err := trace.Load(ctx, env.Blobs(), st.started.ToolDefs)
+	defsJSON, err := st.load(ctx, st.started.ToolDefs)
 	if err != nil {
 		return nil, fmt.Errorf("load tool definitions: %w", err)
 	}
@@ -407,29 +400,34 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 		return nil, err
 	}
 	if st.started.Replay != nil {
-		if st.replay, err = l.loadOriginal(ctx, st.started.Replay); err != nil {
+		if st.replay, err = l.loadOriginal(ctx, env, st.started.Replay); err != nil {
 			return nil, err
 		}
 	}
-	st.tr = trace.NewTranscript(string(sys), defs, func(c trace.Content) ([]byte, error) { return trace.Load(ctx, env.Blobs(), c) })
-	if err := st.tr.Add(ev); err != nil {
+	st.tr = trace.NewTranscript(string(sys), defs, func(c trace.Content) ([]byte, error) { return st.load(ctx, c) })
+	if err := st.add(ev); err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
-func (l *Loop) loadManifest(ctx context.Context, ref trace.ToolRef) (*tool.Manifest, error) {
+// loadManifest reads a pinned manifest by its hash (immutable content, so
+// the read needs no record) and parses it once per process.
+func (l *Loop) loadManifest(ctx context.Context, env engine.Env, ref trace.ToolRef) (*tool.Manifest, error) {
 	b, err := hex.DecodeString(ref.Hash)
 	if err != nil || len(b) != 32 {
 		return nil, fmt.Errorf("run pins tool %s with a bad hash", ref.Name)
 	}
-	var sum [32]byte
-	copy(sum[:], b)
-	rec, err := l.o.Tools.GetToolByHash(ctx, sum)
+	data, err := env.Manifest(ctx, [32]byte(b))
 	if err != nil {
 		return nil, fmt.Errorf("pinned tool %s: %w", ref.Name, err)
 	}
-	return l.manifests.FromJSON(rec.Manifest)
+	m, err := l.manifests.FromJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	l.acts.byHash.put(ref.Hash, m)
+	return m, nil
 }
 
 func (st *state) runState() broker.RunState {
@@ -462,11 +460,11 @@ func (st *state) exceeded(elapsedMS int64) *trace.Budget {
 // finalCall records the bound, gives the model one call without tools, and
 // ends the run completed_partial.
 func (l *Loop) finalCall(ctx context.Context, st *state, step int, b *trace.Budget) (engine.Outcome, error) {
-	if _, err := st.env.Do(ctx, trace.EvBudget, step, engine.Buffered, func(context.Context) ([]byte, error) { return json.Marshal(b) }); err != nil {
+	if _, err := st.env.Record(ctx, trace.EvBudget, step, engine.Buffered, b); err != nil {
 		return engine.Outcome{}, err
 	}
 	note := fmt.Sprintf("Budget reached (%s). You cannot call tools any more. Report what you found and what is left to do.", b.Bound)
-	if _, err := l.note(ctx, st, step, "budget", note); err != nil {
+	if err := l.note(ctx, st, step, "budget", note); err != nil {
 		return engine.Outcome{}, err
 	}
 	resp, err := l.modelCall(ctx, st, step, true)
@@ -480,14 +478,12 @@ func (l *Loop) finalCall(ctx context.Context, st *state, step int, b *trace.Budg
 	return l.end(ctx, st, step, store.StatusCompletedPartial, text, "budget reached: "+b.Bound)
 }
 
-func (l *Loop) note(ctx context.Context, st *state, step int, reason, text string) (*store.Event, error) {
-	ev, err := st.env.Do(ctx, trace.EvLoopNote, step, engine.Buffered, func(context.Context) ([]byte, error) {
-		return json.Marshal(trace.LoopNote{Reason: reason, Text: text})
-	})
+func (l *Loop) note(ctx context.Context, st *state, step int, reason, text string) error {
+	ev, err := st.env.Record(ctx, trace.EvLoopNote, step, engine.Buffered, trace.LoopNote{Reason: reason, Text: text})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return ev, st.tr.Add(ev)
+	return st.add(ev)
 }
 
 // modelCall makes (or replays) one model call. A nil response with a nil
@@ -496,14 +492,15 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	req := st.tr.Request(noTools)
 	req.Temperature = st.started.Temperature
 	delta := st.tr.TakeDelta()
-	ev, err := st.env.Do(ctx, trace.EvModelCall, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
+	var ev engine.Event
+	var err error
+	if orig := st.replay.recordedModel(step, noTools); orig != nil {
+		// Served from the original's log: no model call, no cost.
 		hash, size := trace.PromptHash(req)
-		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools, Temperature: req.Temperature}
-		if orig := st.replay.recordedModel(step, noTools); orig != nil {
-			// Served from the original's log: no model call, no cost.
-			mc.Response, mc.Model, mc.ReplayedFrom, mc.CostKnown, mc.Currency = orig.Response, orig.Model, orig.seq, true, st.budgets.MaxCost.Currency
-			return json.Marshal(mc)
-		}
+		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools, Temperature: req.Temperature,
+			Response: orig.Response, Model: orig.Model, ReplayedFrom: orig.seq, CostKnown: true, Currency: st.budgets.MaxCost.Currency}
+		ev, err = st.env.Record(ctx, trace.EvModelCall, step, engine.Buffered, mc)
+	} else {
 		attr := model.Attribution{
 			Tenant: st.run.Tenant, User: st.run.User, Agent: st.run.Agent, AgentVersion: st.run.AgentVersion, RunID: st.run.ID, Step: step,
 		}
@@ -515,40 +512,9 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 				MaxCost: st.budgets.MaxCost, UsedCost: model.Money{Micros: st.cost, Currency: st.budgets.MaxCost.Currency},
 				CostUnknown: st.costUnknown}
 		}
-		var res *model.CallResult
-		var err error
-		if sm, ok := l.o.Models.(StreamingModels); ok && l.o.OnDelta != nil {
-			runID := st.run.ID
-			res, err = sm.CompleteStream(ctx, st.started.ModelAlias, req, attr, func(d model.Delta) { l.o.OnDelta(runID, step, d) })
-		} else {
-			res, err = l.o.Models.Complete(ctx, st.started.ModelAlias, req, attr)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			mc.Error = err.Error()
-			var be *model.BudgetError
-			if errors.As(err, &be) {
-				mc.BudgetRefused = &trace.Budget{Bound: be.Bound, Limit: be.Limit, Value: be.Used + max(be.Estimate, 0)}
-				return json.Marshal(mc)
-			}
-			if res != nil && res.CostKnown {
-				// An answer that failed validation still spent tokens.
-				mc.CostMicros, mc.Currency, mc.CostKnown = l.convert(res.Cost, st.budgets.MaxCost.Currency)
-			}
-			return json.Marshal(mc)
-		}
-		if verr := model.ValidateResponse(res.Response); verr != nil {
-			mc.Error = "malformed model response: " + verr.Error()
-			return json.Marshal(mc)
-		}
-		mc.Model, mc.Response, mc.LatencyMS = res.ModelID, res.Response, res.LatencyMS
-		if res.CostKnown {
-			mc.CostMicros, mc.Currency, mc.CostKnown = l.convert(res.Cost, st.budgets.MaxCost.Currency)
-		}
-		return json.Marshal(mc)
-	})
+		ev, err = st.env.Execute(ctx, engine.Call{Activity: ActModelCall, Event: trace.EvModelCall, Step: step, Durability: engine.Buffered,
+			Input: ModelCallInput{Request: req, Delta: delta, NoTools: noTools, Alias: st.started.ModelAlias, Attribution: attr, Currency: st.budgets.MaxCost.Currency}})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -558,7 +524,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	}
 	if mc.BudgetRefused != nil {
 		st.refused = mc.BudgetRefused // not a step: nothing was sent
-		return nil, st.tr.Add(ev)
+		return nil, st.add(ev)
 	}
 	st.steps++
 	if mc.Response != nil {
@@ -571,8 +537,8 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 		st.costUnknown = true
 	}
 	steps, in, out, cost, unknown, cur := st.steps, st.inTokens, st.outTokens, st.cost, st.costUnknown, st.budgets.MaxCost.Currency
-	st.env.Summarize(store.RunUpdate{Steps: &steps, InputTokens: &in, OutputTokens: &out, CostMicros: &cost, CostUnknown: &unknown, Currency: &cur})
-	if err := st.tr.Add(ev); err != nil {
+	st.env.Report(engine.Counters{Steps: steps, InputTokens: in, OutputTokens: out, CostMicros: cost, CostUnknown: unknown, Currency: cur})
+	if err := st.add(ev); err != nil {
 		return nil, err
 	}
 	if mc.Error != "" {
@@ -590,38 +556,32 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 // A non-empty stop reason ends the run.
 func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call model.Part) (string, error) {
 	run := st.run
-	key := fmt.Sprintf("%s:%d:%d", run.ID, step, index)
+	key := engine.IdempotencyKey(run.ID, step, index)
 	m := st.tools[call.Name]
 	args, canonErr := jsoncanon.Canonicalize(call.Input)
 	if canonErr != nil {
 		args = call.Input
 	}
 	argsSum := sha256.Sum256(args)
-	var decision trace.Decision
+	var refusal *trace.Decision
 	if canonErr != nil && m != nil {
-		decision = trace.Decision{Control: broker.ControlSchema, Reason: "arguments are not valid JSON"}
+		refusal = &trace.Decision{Control: broker.ControlSchema, Reason: "arguments are not valid JSON"}
+	}
+	mhash := ""
+	if m != nil {
+		mhash = st.toolHash[call.Name]
 	}
 	attemptDurable := engine.Buffered
 	if m != nil && m.SideEffects != tool.SideEffectsNone {
 		attemptDurable = engine.Durable
 	}
-	aev, err := st.env.Do(ctx, trace.EvToolAttempt, step, attemptDurable, func(ctx context.Context) ([]byte, error) {
-		if decision.Control == "" {
-			decision = l.o.Broker.Decide(ctx, broker.Proposal{RunID: run.ID, Tenant: run.Tenant, User: run.User,
-				Step: step, Index: index, Tool: call.Name, Args: args, Manifest: m,
-				Agent: run.Agent, AgentVersion: run.AgentVersion, Run: st.runState()})
-		}
-		ac, err := trace.MakeContent(ctx, st.env.Blobs(), args, l.o.InlineLimit, displayPreview)
-		if err != nil {
-			return nil, err
-		}
-		a := trace.ToolAttempt{CallID: call.ToolUseID, Index: index, Tool: call.Name, Args: ac,
-			ArgsHash: hex.EncodeToString(argsSum[:]), IdempotencyKey: key, Decision: decision}
-		if m != nil {
-			a.SideEffects, a.Tier = m.SideEffects, m.Tier
-		}
-		return json.Marshal(a)
-	})
+	argsHash := hex.EncodeToString(argsSum[:])
+	in := DecideInput{Run: run, Step: step, Index: index, CallID: call.ToolUseID, Tool: call.Name, Manifest: mhash,
+		Args: args, ArgsHash: argsHash, Key: key, Refusal: refusal}
+	if refusal == nil {
+		in.State = st.runState() // only the broker reads it
+	}
+	aev, err := st.env.Execute(ctx, engine.Call{Activity: ActToolDecide, Event: trace.EvToolAttempt, Step: step, Durability: attemptDurable, Input: in})
 	if err != nil {
 		return "", err
 	}
@@ -646,80 +606,37 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		}
 	}
 	if d := final; !d.Allowed && d.Control == broker.ControlApproval && d.Approval != nil && m != nil {
-		ap, err := l.approve(ctx, st, step, index, call, m, &attempt, aev, args)
+		ap, err := l.approve(ctx, st, step, index, call, mhash, &attempt, aev, args)
 		if err != nil {
-			return "", err // including *engine.Suspend: the run waits, holding nothing
+			return "", err
 		}
 		if ap.stop != "" {
 			return ap.stop, nil
 		}
 		final, execArgs, approvalNotes = ap.decision, ap.args, ap.notes
 	}
-	rev, err := st.env.Do(ctx, trace.EvToolResult, step, engine.Buffered, func(ctx context.Context) ([]byte, error) {
-		r := trace.ToolResult{CallID: call.ToolUseID, Index: index, Tool: call.Name}
-		var out []byte
-		var origBytes int64
-		if rp != nil && rp.how != trace.ReplayedLive {
-			return json.Marshal(rp.result(call.ToolUseID, index, call.Name))
+	var rev engine.Event
+	if rp != nil && rp.how != trace.ReplayedLive {
+		rev, err = st.env.Record(ctx, trace.EvToolResult, step, engine.Buffered, rp.result(call.ToolUseID, index, call.Name))
+	} else {
+		rev, err = st.env.Execute(ctx, engine.Call{Activity: ActToolExecute, Event: trace.EvToolResult, Step: step, Durability: engine.Buffered,
+			Input: ExecuteInput{Run: run, Step: step, Index: index, CallID: call.ToolUseID, Tool: call.Name, Manifest: mhash,
+				Args: execArgs, Key: key, Decision: final, Bindings: st.started.Bindings, Handles: st.handleList(), ReplayLive: rp != nil}})
+		if final.Allowed && m != nil && m.Tier >= 2 && st.started.LoopVersion >= trace.LoopVersion1 {
+			st.sandboxed = true // a sandbox may exist whatever the result says
 		}
-		if rp != nil {
-			r.Replayed = trace.ReplayedLive
-		}
-		if !final.Allowed {
-			r.Status = trace.StatusDenied
-			if final.Control == broker.ControlSchema {
-				r.Status = trace.StatusInvalid
-			}
-			out, _ = json.Marshal(map[string]string{"error": final.Reason, "control": final.Control})
-		} else {
-			ex, err := l.o.Broker.Execute(ctx, m, tool.Call{Tool: m.Name, Args: execArgs, IdempotencyKey: key,
-				RunID: run.ID, Tenant: run.Tenant, User: run.User, Agent: fmt.Sprintf("%s@%d", run.Agent, run.AgentVersion),
-				Handles: st, Bindings: st.started.Bindings})
-			if err != nil {
-				return nil, err
-			}
-			r.Status, r.LatencyMS, out = ex.Status, ex.LatencyMS, ex.Output
-			r.Redactions, origBytes = ex.Redactions, ex.Bytes
-			r.Sandbox = ex.Boundary
-		}
-		r.Bytes = max(int64(len(out)), origBytes) // what the tool returned, before the broker cut it
-		limit := l.o.MaxResultBytes
-		if m != nil && m.MaxOutput() > 0 && m.MaxOutput() < limit {
-			limit = m.MaxOutput()
-		}
-		r.Truncated = len(out) > limit
-		sum := sha256.Sum256(out)
-		r.ResultHash = hex.EncodeToString(sum[:])
-		preview := displayPreview
-		if r.Truncated {
-			preview = l.o.PreviewBytes // the model reads this preview
-		}
-		c, err := trace.MakeContent(ctx, st.env.Blobs(), out, l.o.InlineLimit, preview)
-		if err != nil {
-			return nil, err
-		}
-		if r.Truncated && !c.IsBlob() {
-			// Keep the handle contract: a truncated result is always a blob.
-			sum, err := st.env.Blobs().PutBlob(ctx, out)
-			if err != nil {
-				return nil, err
-			}
-			c = trace.Content{Blob: hex.EncodeToString(sum[:]), Size: int64(len(out)), Preview: trace.Preview(out, l.o.PreviewBytes)}
-		}
-		r.Output = c
-		return json.Marshal(r)
-	})
+	}
 	if err != nil {
 		return "", err
 	}
-	if err := st.tr.Add(rev); err != nil {
+	if err := st.add(rev); err != nil {
 		return "", err
 	}
 	if len(approvalNotes) > 0 {
 		// The model is told how people changed its call, after its result.
 		text := fmt.Sprintf("Note from the platform about your %s call (id %s): %s. The result above is of the call as finally decided.",
 			call.Name, call.ToolUseID, strings.Join(approvalNotes, "; "))
-		if _, err := l.note(ctx, st, step, trace.NoteApproval, text); err != nil {
+		if err := l.note(ctx, st, step, trace.NoteApproval, text); err != nil {
 			return "", err
 		}
 	}
@@ -777,12 +694,12 @@ func (l *Loop) detectLoop(ctx context.Context, st *state, step int, name, argsHa
 		return fmt.Sprintf("loop detected: %d tool calls in a row failed (the last: %s, %s)", st.toolErrors, name, res.Status), nil
 	case n == l.o.RepeatNote:
 		text := fmt.Sprintf("Note from the platform: you have called %s %d times with the same arguments and got the same result each time. Calling it again will not change the answer; try a different approach or finish.", name, n)
-		if _, err := l.note(ctx, st, step, "repeat", text); err != nil {
+		if err := l.note(ctx, st, step, "repeat", text); err != nil {
 			return "", err
 		}
 	case st.toolErrors == l.o.ErrorNote:
 		text := fmt.Sprintf("Note from the platform: your last %d tool calls failed. Read the errors and change your approach; %d failures in a row stop the run.", st.toolErrors, l.o.ErrorStop)
-		if _, err := l.note(ctx, st, step, "tool_errors", text); err != nil {
+		if err := l.note(ctx, st, step, "tool_errors", text); err != nil {
 			return "", err
 		}
 	}
@@ -803,24 +720,11 @@ func (l *Loop) detectStale(ctx context.Context, st *state, step int) (string, er
 		return fmt.Sprintf("loop detected: %d steps in a row added no new information (every tool result was one already seen in this run)", st.staleSteps), nil
 	case st.staleSteps == l.o.StaleNote:
 		text := fmt.Sprintf("Note from the platform: your last %d steps returned only results you had already seen. Repeating them will not add information; use what you have, try something different, or finish.", st.staleSteps)
-		if _, err := l.note(ctx, st, step, "no_new_information", text); err != nil {
+		if err := l.note(ctx, st, step, "no_new_information", text); err != nil {
 			return "", err
 		}
 	}
 	return "", nil
-}
-
-// convert expresses a call's cost in the budget's currency; a cost that
-// cannot be converted is unknown (and the cost bound then fails closed).
-func (l *Loop) convert(c model.Money, to string) (int64, string, bool) {
-	if to == "" || c.Currency == to {
-		return c.Micros, c.Currency, true
-	}
-	out, err := l.o.Rates.Convert(c, to)
-	if err != nil {
-		return 0, "", false
-	}
-	return out.Micros, out.Currency, true
 }
 
 const stopCancelled = "cancelled by request"
@@ -835,29 +739,15 @@ func (l *Loop) end(ctx context.Context, st *state, step int, status, result, rea
 		typ = trace.EvRunCompleted
 	}
 	// The run's sandboxes go before it ends, and the log says how. Whether
-	// this event exists depends only on the log (a sandboxed result), so a
-	// replay without sandboxes reads the same sequence.
-	switch {
-	case st.sandboxed:
-		if _, err := st.env.Do(ctx, trace.EvSandboxEnd, step, engine.Durable, func(ctx context.Context) ([]byte, error) {
-			td := trace.SandboxTeardowns{Sandboxes: []trace.SandboxTeardown{}}
-			if l.o.Sandboxes != nil {
-				if got := l.o.Sandboxes.EndRun(ctx, st.run.Tenant, st.run.ID); got != nil {
-					td.Sandboxes = got
-				}
-			}
-			return json.Marshal(td)
-		}); err != nil {
+	// this event exists depends only on the log, so a replay without
+	// sandboxes reads the same sequence.
+	if st.sandboxed {
+		if _, err := st.env.Execute(ctx, engine.Call{Activity: ActSandboxTeardown, Event: trace.EvSandboxEnd, Step: step, Durability: engine.Durable,
+			Input: TeardownInput{Tenant: st.run.Tenant, RunID: st.run.ID}}); err != nil {
 			return engine.Outcome{}, err
 		}
-	case l.o.Sandboxes != nil && !st.env.Replaying():
-		// No sandboxed result in the log (a call cancelled mid-flight, say),
-		// but a sandbox may exist: end it; there is nothing to record.
-		l.o.Sandboxes.EndRun(ctx, st.run.Tenant, st.run.ID)
 	}
-	ev, err := st.env.Do(ctx, typ, step, engine.Durable, func(context.Context) ([]byte, error) {
-		return json.Marshal(trace.RunEnded{Status: status, Result: result, Reason: reason})
-	})
+	ev, err := st.env.Record(ctx, typ, step, engine.Durable, trace.RunEnded{Status: status, Result: result, Reason: reason})
 	if err != nil {
 		return engine.Outcome{}, err
 	}

@@ -36,11 +36,8 @@ type origCall struct {
 	result  *trace.ToolResult
 }
 
-func (l *Loop) loadOriginal(ctx context.Context, info *trace.ReplayInfo) (*replayState, error) {
-	if l.o.Source == nil {
-		return nil, fmt.Errorf("replay of %s: the loop has no log source", info.Of)
-	}
-	evs, err := l.o.Source.Events(ctx, info.Of, 0, 0)
+func (l *Loop) loadOriginal(ctx context.Context, env engine.Env, info *trace.ReplayInfo) (*replayState, error) {
+	evs, err := env.RunLog(ctx, info.Of)
 	if err != nil {
 		return nil, fmt.Errorf("replay: read %s: %w", info.Of, err)
 	}
@@ -193,9 +190,7 @@ func (l *Loop) diverge(ctx context.Context, st *state, step, index int, reason s
 	if st.replay == nil || st.replay.diverged {
 		return nil
 	}
-	_, err := st.env.Do(ctx, trace.EvDiverged, step, engine.Buffered, func(context.Context) ([]byte, error) {
-		return json.Marshal(trace.Diverged{Step: step, Index: index, Reason: reason})
-	})
+	_, err := st.env.Record(ctx, trace.EvDiverged, step, engine.Buffered, trace.Diverged{Step: step, Index: index, Reason: reason})
 	st.replay.diverged = true
 	return err
 }

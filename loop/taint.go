@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/agentplane/agentplane/engine"
-	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -32,9 +31,7 @@ func (l *Loop) taint(ctx context.Context, st *state, step int, t trace.Taint) er
 	if st.started.TaintRules < trace.TaintRules2 {
 		t.Source, t.Detail = "", "" // the older event's shape
 	}
-	if _, err := st.env.Do(ctx, trace.EvTaint, step, engine.Buffered, func(context.Context) ([]byte, error) {
-		return json.Marshal(t)
-	}); err != nil {
+	if _, err := st.env.Record(ctx, trace.EvTaint, step, engine.Buffered, t); err != nil {
 		return err
 	}
 	st.tainted = true
@@ -73,7 +70,7 @@ func (st *state) outputTaints(m *tool.Manifest) bool {
 }
 
 // taintMessages taints the run when sigs hold a user message.
-func (l *Loop) taintMessages(ctx context.Context, st *state, step int, sigs []*store.Event) error {
+func (l *Loop) taintMessages(ctx context.Context, st *state, step int, sigs []engine.Event) error {
 	for _, ev := range sigs {
 		var sg trace.Signal
 		if json.Unmarshal(ev.Payload, &sg) == nil && sg.Kind == trace.SignalMessage {

@@ -190,8 +190,9 @@ func ChainHash(prev [32]byte, ev *Event) [32]byte {
 // AppendRequest appends events to one run's log under the caller's lease.
 type AppendRequest struct {
 	RunID string
-	// Epoch is the lease epoch returned by ClaimRun; an append under a stale
-	// epoch fails with ErrLeaseLost and writes nothing.
+	// Epoch is the lease epoch returned by LeaseStore.ClaimRun (0 for a run
+	// never leased); an append under a stale epoch fails with ErrLeaseLost
+	// and writes nothing.
 	Epoch  int64
 	Events []Event
 	// Durable makes Append return only after the events are committed to
@@ -205,11 +206,19 @@ type AppendRequest struct {
 	ConsumeSignals []int64
 }
 
-// RunStore persists runs and their leases.
+// RunStore persists runs.
 type RunStore interface {
 	CreateRun(ctx context.Context, r *Run) error
 	GetRun(ctx context.Context, id string) (*Run, error)
 	ListRuns(ctx context.Context, f RunFilter) ([]*Run, error)
+}
+
+// LeaseStore holds the leases the embedded engine (package engine) runs
+// runs under: an owner, an expiry and an epoch that grows with every claim
+// and fences appends (AppendRequest.Epoch) of a worker that lost its lease.
+// Only the embedded engine needs it; another engine keeps its own leases
+// and reads and writes runs through RunStore and EventStore.
+type LeaseStore interface {
 	// ClaimRun leases one runnable run (queued, running with an expired lease,
 	// or waiting whose WakeAt has passed or that has a pending signal) to owner
 	// for ttl, preferring the oldest. It returns ErrNotFound when none is
@@ -387,6 +396,7 @@ type SignalStore interface {
 // Store is everything agentplane persists.
 type Store interface {
 	RunStore
+	LeaseStore
 	EventStore
 	Blobs
 	AgentStore

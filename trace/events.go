@@ -143,7 +143,16 @@ type RunStarted struct {
 	// trusted output, on a message added to the run, and on an approver's
 	// comment. A run keeps the rules it started with, so its log replays.
 	TaintRules int `json:"taint_rules,omitempty"`
+	// LoopVersion is the version of the loop's recording rules the run
+	// started under, so a newer loop replays an older log as recorded: 0
+	// (logs before it existed) records sandbox_teardown only after a result
+	// that carries a sandbox boundary record; LoopVersion1 records it
+	// whenever a tier-2/3 call ran, so no sandbox is ended unrecorded.
+	LoopVersion int `json:"loop_version,omitempty"`
 }
+
+// LoopVersion1 is the first versioned set of loop recording rules.
+const LoopVersion1 = 1
 
 // TaintRules2 is the current RunStarted.TaintRules.
 const TaintRules2 = 2

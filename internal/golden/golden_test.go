@@ -306,6 +306,26 @@ func TestGoldenTamperedFails(t *testing.T) {
 				}
 				calls.none()
 			})
+			t.Run("cut before its end", func(t *testing.T) {
+				// A log that stops just before its terminal event: the
+				// re-run needs the end, which it may not record, and it
+				// ends no sandbox on the way (verify never goes live).
+				fx := readFixture(t, dir)
+				r := &fx.Runs[len(fx.Runs)-1]
+				last := r.Events[len(r.Events)-1].Type
+				if last != trace.EvRunCompleted && last != trace.EvRunFailed {
+					t.Fatalf("last event %s, want a terminal one", last)
+				}
+				r.Events = r.Events[:len(r.Events)-1]
+				data := importFixture(t, fx)
+				st := openStore(t, data)
+				calls := &liveCalls{t: t}
+				v, err := verifier(t, st, fx, calls).Verify(ctx, r.Row.ID)
+				if !errors.Is(err, engine.ErrWouldGoLive) || v.Events != len(r.Events) {
+					t.Fatalf("re-run over a log without its end: %d/%d events, %v; want ErrWouldGoLive", v.Events, len(r.Events), err)
+				}
+				calls.none()
+			})
 			t.Run("truncated", func(t *testing.T) {
 				// Cut after a model call that proposed a tool call: the
 				// loop then needs a tool_attempt the log does not hold.
@@ -442,12 +462,12 @@ func verifier(t *testing.T, st *sqlite.Store, fx *golden.Fixture, calls *liveCal
 			calls.called("replay instructions of " + runID)
 			return nil, errors.New("no replay instructions in a re-run")
 		},
-		Models: calls, Broker: br, Tools: st, Source: st, Sandboxes: calls,
+		Models: calls, Broker: br, Tools: st, Blobs: st, Sandboxes: calls,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.NewEmbedded(engine.Options{Store: st, Workflow: l.Workflow, Clock: calls.now})
+	eng, err := engine.NewEmbedded(engine.Options{Store: st, Workflow: l.Workflow, Activities: l.Activities(), Clock: calls.now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,7 +155,16 @@ func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, log
 	case spec == "":
 		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
+		pg, err := postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
+		if err != nil {
+			return nil, err
+		}
+		s, ok := any(pg).(Store)
+		if !ok {
+			pg.Close()
+			return nil, errors.New("postgres store: this build keeps no connectors or browser sessions on PostgreSQL yet")
+		}
+		return s, nil
 	}
 	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
 }
@@ -255,13 +264,13 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	}
 	p.Loop, err = loop.New(loop.Options{Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
 		OnDelta: p.Deltas.publish, Approvers: p.Directory,
-		Source: st, ReplaySpec: func(ctx context.Context, runID string) (*trace.ReplayInfo, error) {
+		Blobs: st, ReplaySpec: func(ctx context.Context, runID string) (*trace.ReplayInfo, error) {
 			return engine.PendingReplay(ctx, st, runID)
 		}, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}
-	p.Embedded, err = engine.NewEmbedded(engine.Options{Store: es, Workflow: p.Loop.Workflow, LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
+	p.Embedded, err = engine.NewEmbedded(engine.Options{Store: es, Workflow: p.Loop.Workflow, Activities: p.Loop.Activities(), LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
 	if err != nil {
 		return fail(err)
 	}

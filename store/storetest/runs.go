@@ -172,6 +172,8 @@ func runIDs(rs []*store.Run) []string {
 	return ids
 }
 
+// testLeases checks LeaseStore: the leases and epochs of the embedded
+// engine (claim order, takeover, renewal, fencing, release).
 func testLeases(t *testing.T, newStore func(*testing.T) store.Store) {
 	t.Run("ClaimOrder", func(t *testing.T) {
 		s := newStore(t)

@@ -36,7 +36,7 @@ import (
 func Exercise(t *testing.T, newStore func(t *testing.T) store.Store) {
 	t.Run("Runs", func(t *testing.T) { testRuns(t, newStore) })
 	t.Run("PromptHashes", func(t *testing.T) { testPromptHashes(t, newStore(t)) })
-	t.Run("Leases", func(t *testing.T) { testLeases(t, newStore) })
+	t.Run("Leases", func(t *testing.T) { testLeases(t, newStore) }) // LeaseStore
 	t.Run("Events", func(t *testing.T) { testEvents(t, newStore) })
 	t.Run("GroupCommit", func(t *testing.T) { testGroupCommit(t, newStore(t)) })
 	t.Run("FailureIsolation", func(t *testing.T) { testFailureIsolation(t, newStore(t)) })
