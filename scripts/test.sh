@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
 export PATH="$TOOLS/bin:$PATH"
 mkdir -p "$TOOLS/bin"
+# Tests whose dependency is missing fail instead of skipping.
+export AGENTPLANE_TEST_STRICT=1
 
 step() { printf '\n=== %s\n' "$*"; }
 
@@ -37,6 +39,7 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 # Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
+. scripts/setup-temporal.sh # the Temporal CLI for engine/temporal's dev server (exports AGENTPLANE_TEMPORAL_CLI)
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"
