@@ -10,8 +10,9 @@
 # Prints a benchstat table (benchstat is built from the Go module proxy into
 # the tools cache, like the other tools).
 #
-# Usage: scripts/bench-temporal.sh   (COUNT=5 samples; ACTIVITIES=300 per
-#        round-trip sample; WORKFLOWS=20 per workflow sample)
+# Usage: scripts/bench-temporal.sh   (COUNT=6 samples, the fewest benchstat
+#        gives intervals for; ACTIVITIES=300 per round-trip sample;
+#        WORKFLOWS=20 per workflow sample)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup-temporal.sh >&2
@@ -26,7 +27,7 @@ fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-count="${COUNT:-5}"
+count="${COUNT:-6}"
 echo "running the Temporal benchmarks ($count samples; load average $(cut -d' ' -f1-3 /proc/loadavg))..." >&2
 go test -count="$count" -run '^$' -timeout 60m \
   -bench '^BenchmarkTemporalActivityRoundTrip$' -benchtime "${ACTIVITIES:-300}x" ./engine/temporal/ >"$tmp/roundtrip.txt"

@@ -66,7 +66,9 @@ func IsNonRetryable(err error) bool {
 }
 
 // ActivityPolicy is how long one kind of activity may take and how it is
-// retried. Zero fields take the defaults of ModelCallPolicy.
+// retried. A zero StartToClose, InitialInterval, BackoffCoefficient or
+// MaxInterval takes ModelCallPolicy's; a zero ScheduleToClose, Heartbeat or
+// MaxAttempts means none.
 type ActivityPolicy struct {
 	// StartToClose bounds one attempt.
 	StartToClose time.Duration

@@ -71,7 +71,7 @@ func TestBlobCodecThroughWorkflow(t *testing.T) {
 	h := historyOf(t, c, "big-payload", runID)
 	size := historyBytes(h)
 	serverSize := describeRun(t, c, "big-payload", runID).GetHistorySizeBytes()
-	t.Logf("history of a run carrying 12 MB of payloads: %d events, %d bytes fetched, %d bytes by the server's count", len(h.Events), size, serverSize)
+	t.Logf("history of a run carrying four payloads of about 4 MB each: %d events, %d bytes fetched, %d bytes by the server's count", len(h.Events), size, serverSize)
 	if size > 32<<10 || serverSize > 32<<10 {
 		t.Fatalf("history is %d bytes (server: %d), want under 32 KiB", size, serverSize)
 	}
