@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
 export PATH="$TOOLS/bin:$PATH"
 mkdir -p "$TOOLS/bin"
+# Tests whose dependency is missing fail instead of skipping.
+export AGENTPLANE_TEST_STRICT=1
 
 # A test whose dependency is missing fails here instead of skipping.
 export AGENTPLANE_TEST_STRICT=1
@@ -45,6 +47,7 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 . scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
 . scripts/setup-s3.sh # versitygw, the S3-compatible server of the blob tests (exports AGENTPLANE_S3_SERVER)
 . scripts/setup-postgres.sh; trap pg_stop_test_cluster EXIT # PostgreSQL on loopback: AGENTPLANE_TEST_POSTGRES
+. scripts/setup-temporal.sh # the Temporal CLI for engine/temporal's dev server (exports AGENTPLANE_TEMPORAL_CLI)
 # A test whose external dependency is missing fails instead of skipping.
 export AGENTPLANE_TEST_STRICT=1
 
