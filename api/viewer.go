@@ -48,7 +48,7 @@ func handlePrompt(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		return
 	}
 	var out *Prompt
-	err = trace.Prompts(r.Context(), s.st, evs, func(ev *store.Event, mc *trace.ModelCall, req *model.Request) error {
+	err = trace.Prompts(r.Context(), trace.SourceFor(s.st, run.Tenant), evs, func(ev *store.Event, mc *trace.ModelCall, req *model.Request) error {
 		if ev.Seq == seq {
 			out = toPrompt(run.ID, ev, mc, req, safe, pol)
 		}

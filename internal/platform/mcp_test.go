@@ -198,7 +198,7 @@ func TestMCPConnectorRunTraceReplay(t *testing.T) {
 		case trace.EvToolResult:
 			var res trace.ToolResult
 			json.Unmarshal(ev.Payload, &res)
-			c, _ := trace.Load(ctx, p.Store, res.Output)
+			c, _ := trace.Load(ctx, p.Store.Blobs("bank"), res.Output)
 			results = append(results, res.Tool+" "+res.Status+" "+string(c))
 		}
 	}
@@ -209,7 +209,7 @@ func TestMCPConnectorRunTraceReplay(t *testing.T) {
 		t.Fatalf("results = %q", results)
 	}
 	// The trace rebuilds every prompt byte for byte (hashes match).
-	rep, err := trace.Verify(ctx, p.Store, r.ID)
+	rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, "bank"), r.ID)
 	if err != nil || !rep.OK() || rep.Prompts != 3 {
 		t.Fatalf("trace verify: %+v %v", rep, err)
 	}
@@ -265,7 +265,7 @@ func TestMCPQuarantineNeverOffered(t *testing.T) {
 			t.Fatal("the quarantined tool was offered to the model")
 		}
 	}
-	defs, _ := trace.Load(ctx, p.Store, started.ToolDefs)
+	defs, _ := trace.Load(ctx, p.Store.Blobs("bank"), started.ToolDefs)
 	if strings.Contains(string(defs), "evil") {
 		t.Fatalf("the changed description reached the model: %s", defs)
 	}
