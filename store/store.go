@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -131,6 +132,23 @@ func PromptHashHex(h string) (string, bool) {
 		}
 	}
 	return h, true
+}
+
+// PromptHashOf returns the hex of the prompt hash ev records when it is an
+// EventModelCall, or "" for any other event or a value that is not a
+// sha256: what a store indexes for RunFilter.PromptHash.
+func PromptHashOf(ev *Event) string {
+	if ev.Type != EventModelCall {
+		return ""
+	}
+	var mc struct {
+		PromptHash string `json:"prompt_hash"`
+	}
+	if json.Unmarshal(ev.Payload, &mc) != nil {
+		return ""
+	}
+	h, _ := PromptHashHex(mc.PromptHash)
+	return h
 }
 
 // RunUpdate changes a run's mutable fields together with an append. Nil

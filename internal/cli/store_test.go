@@ -37,7 +37,7 @@ func TestStoreFlagAndConfig(t *testing.T) {
 	if code, out, stderr := runCLI(t, "apikey", "create", "--data", data2, "--tenant", "acme", "--user", "bob"); code != 0 {
 		t.Fatalf("apikey create with store in api.yaml: exit %d\n%s%s", code, out, stderr)
 	}
-	s, err := postgres.Open(t.Context(), postgres.Options{DSN: dsn})
+	s, err := postgres.Open(t.Context(), postgres.Options{DSN: dsn, Blobs: pgtest.Blobs(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ var backends = []struct {
 		return s
 	}},
 	{"postgres", func(b *testing.B) store.Store {
-		s, err := postgres.Open(context.Background(), postgres.Options{DSN: pgtest.DSN(b), MaxConns: 32})
+		s, err := postgres.Open(context.Background(), postgres.Options{DSN: pgtest.DSN(b), MaxConns: 32, Blobs: pgtest.Blobs(b)})
 		if err != nil {
 			b.Fatal(err)
 		}

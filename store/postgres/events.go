@@ -38,10 +38,10 @@ func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
 
 // appendOne sends the whole append as one batch (one round trip inside
 // the transaction): it locks the run's row and reads its head, then
-// writes the events, consumes the signals and updates the run, each
-// write conditioned on the epoch and head the caller expects. The head
-// read decides the error; on any error the transaction is rolled back, so
-// nothing of a refused append remains.
+// writes the events and the prompt hashes of its model calls, consumes the
+// signals and updates the run, each write conditioned on the epoch and head
+// the caller expects. The head read decides the error; on any error the
+// transaction is rolled back, so nothing of a refused append remains.
 func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 	first := int64(0)
 	if len(req.Events) > 0 {
@@ -76,6 +76,17 @@ func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 		}
 		b.Queue(q+") AS v WHERE "+fenced, args...)
 	}
+	// The prompt hashes of the model calls, indexed with the events.
+	var prompts []string
+	for i := range req.Events {
+		if h := store.PromptHashOf(&req.Events[i]); h != "" {
+			prompts = append(prompts, h)
+		}
+	}
+	if len(prompts) > 0 {
+		b.Queue(`INSERT INTO run_prompt_hashes(prompt_hash, run_id) SELECT DISTINCT h, $1 FROM unnest($4::text[]) AS h
+			WHERE `+fenced+` ON CONFLICT DO NOTHING`, req.RunID, req.Epoch, head, prompts)
+	}
 	for _, id := range req.ConsumeSignals {
 		b.Queue("UPDATE signals SET consumed = true WHERE id = $4 AND run_id = $1 AND NOT consumed AND "+fenced,
 			req.RunID, req.Epoch, head, id)
@@ -109,6 +120,11 @@ func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 	if len(req.Events) > 0 {
 		if _, err := res.Exec(); err != nil {
 			return fmt.Errorf("append to run %s: %w", req.RunID, err)
+		}
+	}
+	if len(prompts) > 0 {
+		if _, err := res.Exec(); err != nil {
+			return fmt.Errorf("append to run %s: index prompt hashes: %w", req.RunID, err)
 		}
 	}
 	for _, id := range req.ConsumeSignals {

@@ -1,8 +1,10 @@
 // Package postgres is the store of agentplane for many processes: every
 // store interface (runs and leases, event logs with their hash chain and
-// epoch fencing, signals, blobs, agents, tools, principals, tenant settings
-// and the API's idempotency keys, webhooks, quotas and fair claiming) on one
-// PostgreSQL database through a pgx connection pool.
+// epoch fencing, the prompt-hash index, signals, agents, tools, principals,
+// tenant settings, connectors, browser sessions and the API's idempotency
+// keys, webhooks, quotas and fair claiming) on one PostgreSQL database
+// through a pgx connection pool. Blobs are kept by the store.Blobs it is
+// opened with (a folder, an S3 bucket), per tenant, not in the database.
 //
 // Whatever several processes must agree on is decided by the database:
 // runs are claimed with FOR UPDATE SKIP LOCKED, so claimers never wait on
@@ -57,8 +59,9 @@ type Options struct {
 	Blobs store.Blobs
 }
 
-// Store implements store.Store, store.APIStore, store.PrincipalStore and
-// store.TenantStore on PostgreSQL. It is safe for concurrent use, and any
+// Store implements store.Store, store.APIStore, store.PrincipalStore,
+// store.TenantStore, store.ConnectorStore and store.SessionStore on
+// PostgreSQL. It is safe for concurrent use, and any
 // number of Stores (in any number of processes) may share one database.
 type Store struct {
 	pool  *pgxpool.Pool
@@ -71,6 +74,8 @@ var (
 	_ store.APIStore       = (*Store)(nil)
 	_ store.PrincipalStore = (*Store)(nil)
 	_ store.TenantStore    = (*Store)(nil)
+	_ store.ConnectorStore = (*Store)(nil)
+	_ store.SessionStore   = (*Store)(nil)
 )
 
 // ErrSchemaNewer is returned by Open for a database migrated by a newer

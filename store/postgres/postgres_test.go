@@ -3,17 +3,26 @@ package postgres
 import (
 	"context"
 	"errors"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/store/postgres/pgtest"
 	"github.com/agentplane/agentplane/store/storetest"
 )
 
+// open opens dsn with a blob folder of its own in a temporary directory.
 func open(t testing.TB, dsn string) *Store {
 	t.Helper()
-	s, err := Open(context.Background(), Options{DSN: dsn})
+	return openBlobs(t, dsn, pgtest.Blobs(t))
+}
+
+func openBlobs(t testing.TB, dsn string, blobs store.Blobs) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Options{DSN: dsn, Blobs: blobs})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -27,6 +36,25 @@ func TestConformance(t *testing.T) {
 
 func TestAPIConformance(t *testing.T) {
 	storetest.ExerciseAPI(t, func(t *testing.T) storetest.APIStore { return open(t, pgtest.DSN(t)) })
+}
+
+func TestSessionConformance(t *testing.T) {
+	storetest.ExerciseSessions(t, open(t, pgtest.DSN(t)))
+}
+
+// TestBlobConformance runs the whole blob suite, damaged copies included,
+// through the Store's Blobs: what it delegates to keeps every tenant's
+// blobs apart and detects tampering.
+func TestBlobConformance(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	storetest.ExerciseBlobs(t, func(t *testing.T) storetest.BlobBackend {
+		d := pgtest.Blobs(t)
+		return storetest.BlobBackend{Blobs: openBlobs(t, dsn, d), Overwrite: func(t *testing.T, tenant string, sum [32]byte, data []byte) {
+			if err := os.WriteFile(d.Path(tenant, sum), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
 }
 
 // TestProcesses opens two pools on one database, as two agentplane
@@ -78,6 +106,106 @@ func TestMigrationsUpAndDown(t *testing.T) {
 	}
 }
 
+// TestPromptHashMigration takes step 0002 down and up again under a log
+// written before it: down leaves no table or index of it, and up fills the
+// prompt-hash index from the model_call events already stored, skipping
+// payloads that name no sha256 (not JSON, not UTF-8, a number, a bad hex).
+func TestPromptHashMigration(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, pgtest.DSN(t))
+	h := strings.Repeat("0f", 32)
+	if err := s.CreateRun(ctx, &store.Run{ID: "old", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Mode: "async", CreatedAt: storetest.Base}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ClaimRunByID(ctx, "old", "w", time.Minute, storetest.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []store.Event
+	var prev [32]byte
+	for i, payload := range []string{
+		`{"alias":"m","prompt_hash":"sha256:` + h + `"}`,
+		`{"alias":"m","prompt_hash":"not-a-hash"}`,
+		`{"alias":"m","prompt_hash":5}`,
+		"not json",
+		"\xff\xfe",
+		`{"prompt_hash":"` + strings.Repeat("AB", 32) + `"}`,
+	} {
+		ev := store.Event{RunID: "old", Seq: int64(i + 1), Type: store.EventModelCall, Step: i, At: storetest.Base, Payload: []byte(payload), PrevHash: prev}
+		ev.Hash = store.ChainHash(prev, &ev)
+		prev = ev.Hash
+		evs = append(evs, ev)
+	}
+	if err := s.Append(ctx, store.AppendRequest{RunID: "old", Epoch: r.LeaseEpoch, Events: evs, Durable: true}); err != nil {
+		t.Fatal(err)
+	}
+	indexed := func() []string {
+		t.Helper()
+		rs, err := s.ListRuns(ctx, store.RunFilter{PromptHash: "sha256:" + h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range rs {
+			ids = append(ids, r.ID)
+		}
+		var n int
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM run_prompt_hashes").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("%d prompt-hash rows, want 1: only the first payload names a sha256", n)
+		}
+		return ids
+	}
+	if got := indexed(); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("ListRuns(PromptHash) after the append = %v, want [old]", got)
+	}
+	exists := func(name string) bool {
+		t.Helper()
+		var ok bool
+		if err := s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	step2 := []string{"connectors", "connectors_by_tenant", "run_prompt_hashes", "sessions", "sessions_expiry", "runs_by_tenant_created"}
+	if err := s.migrateTo(ctx, 1); err != nil {
+		t.Fatalf("down to 1: %v", err)
+	}
+	for _, name := range step2 {
+		if exists(name) {
+			t.Errorf("%s still exists after step 2 went down", name)
+		}
+	}
+	if !exists("runs_by_tenant") {
+		t.Error("runs_by_tenant not restored by step 2's down")
+	}
+	if err := s.migrateTo(ctx, 2); err != nil {
+		t.Fatalf("up to 2: %v", err)
+	}
+	for _, name := range step2 {
+		if !exists(name) {
+			t.Errorf("%s missing after step 2 went up", name)
+		}
+	}
+	if exists("runs_by_tenant") {
+		t.Error("runs_by_tenant kept beside runs_by_tenant_created")
+	}
+	if got := indexed(); !slices.Equal(got, []string{"old"}) {
+		t.Fatalf("ListRuns(PromptHash) after the migration's backfill = %v, want [old]", got)
+	}
+}
+
+// TestNeedsBlobs: a store opened without a blob store is refused, saying
+// what is missing, rather than failing at the first blob.
+func TestNeedsBlobs(t *testing.T) {
+	_, err := Open(t.Context(), Options{DSN: pgtest.DSN(t)})
+	if err == nil || !strings.Contains(err.Error(), "Options.Blobs") {
+		t.Fatalf("Open without Blobs: %v, want an error naming Options.Blobs", err)
+	}
+}
+
 // TestRefusesNewerSchema: a database migrated by a newer agentplane is
 // refused at Open, with a message that says what to do.
 func TestRefusesNewerSchema(t *testing.T) {
@@ -86,7 +214,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 	if _, err := s.pool.Exec(t.Context(), "INSERT INTO schema_migrations(version, applied_at) VALUES (999, 0)"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Open(t.Context(), Options{DSN: dsn})
+	_, err := Open(t.Context(), Options{DSN: dsn, Blobs: pgtest.Blobs(t)})
 	if !errors.Is(err, ErrSchemaNewer) || !strings.Contains(err.Error(), "999") || !strings.Contains(err.Error(), "newer agentplane") {
 		t.Fatalf("Open on a newer schema: %v, want ErrSchemaNewer naming version 999 and what to do", err)
 	}
@@ -107,11 +235,11 @@ func TestUnavailable(t *testing.T) {
 		t.Fatalf("Append on a closed pool: %v, want ErrUnavailable", err)
 	}
 	// Nothing listens on port 1 of loopback.
-	_, err = Open(t.Context(), Options{DSN: "postgres://agent:s3cr3t-pw@127.0.0.1:1/db?sslmode=disable&connect_timeout=2"})
+	_, err = Open(t.Context(), Options{DSN: "postgres://agent:s3cr3t-pw@127.0.0.1:1/db?sslmode=disable&connect_timeout=2", Blobs: pgtest.Blobs(t)})
 	if !errors.Is(err, store.ErrUnavailable) || strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Fatalf("Open of an unreachable server: %v; want ErrUnavailable without the password", err)
 	}
-	_, err = Open(t.Context(), Options{DSN: "postgres://agent:s3cr3t-pw@127.0.0.1:1/db?sslmode=bogus"})
+	_, err = Open(t.Context(), Options{DSN: "postgres://agent:s3cr3t-pw@127.0.0.1:1/db?sslmode=bogus", Blobs: pgtest.Blobs(t)})
 	if err == nil || strings.Contains(err.Error(), "s3cr3t-pw") {
 		t.Fatalf("Open of a malformed DSN: %v; want an error without the password", err)
 	}

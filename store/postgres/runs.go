@@ -72,27 +72,50 @@ func (s *Store) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	return r, notFound(err, "run "+id)
 }
 
-// ListRuns implements store.RunStore.
+// ListRuns implements store.RunStore. A prompt hash is looked up in
+// run_prompt_hashes, which each model_call append fills in its own
+// transaction; the order (created_at, id), either way, is the
+// runs_by_tenant_created index's.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]*store.Run, error) {
 	q := "SELECT " + runCols + " FROM runs WHERE true"
 	var args []any
-	add := func(cond string, v any) {
+	arg := func(v any) string {
 		args = append(args, v)
-		q += " AND " + cond + " = $" + strconv.Itoa(len(args))
+		return "$" + strconv.Itoa(len(args))
 	}
+	eq := func(col string, v any) { q += " AND " + col + " = " + arg(v) }
 	if f.Tenant != "" {
-		add("tenant", f.Tenant)
+		eq("tenant", f.Tenant)
 	}
 	if f.Agent != "" {
-		add("agent", f.Agent)
+		eq("agent", f.Agent)
 	}
 	if f.Status != "" {
-		add("status", f.Status)
+		eq("status", f.Status)
 	}
-	q += " ORDER BY created_at, id"
+	if f.User != "" {
+		eq("user_id", f.User)
+	}
+	if f.AgentVersion > 0 {
+		eq("agent_version", f.AgentVersion)
+	}
+	if f.PromptHash != "" {
+		h, ok := store.PromptHashHex(f.PromptHash)
+		if !ok {
+			return nil, nil
+		}
+		q += " AND id IN (SELECT run_id FROM run_prompt_hashes WHERE prompt_hash = " + arg(h) + ")"
+	}
+	if f.Newest {
+		q += " ORDER BY created_at DESC, id DESC"
+	} else {
+		q += " ORDER BY created_at, id"
+	}
 	if f.Limit > 0 {
-		args = append(args, f.Limit)
-		q += " LIMIT $" + strconv.Itoa(len(args))
+		q += " LIMIT " + arg(f.Limit)
+	}
+	if f.Offset > 0 {
+		q += " OFFSET " + arg(f.Offset)
 	}
 	return queryAll(ctx, s.pool, q, args, scanRun)
 }

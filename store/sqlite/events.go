@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -238,22 +237,6 @@ func (w *writeStmts) close() {
 	}
 }
 
-// promptHash is the hex of the prompt hash a model_call event records, or
-// "" for any other event or a value that is not a sha256.
-func promptHash(ev *store.Event) string {
-	if ev.Type != store.EventModelCall {
-		return ""
-	}
-	var mc struct {
-		PromptHash string `json:"prompt_hash"`
-	}
-	if json.Unmarshal(ev.Payload, &mc) != nil {
-		return ""
-	}
-	h, _ := store.PromptHashHex(mc.PromptHash)
-	return h
-}
-
 func opt[T any](p *T) any {
 	if p == nil {
 		return nil
@@ -282,7 +265,7 @@ func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, req *store.Appen
 			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]); err != nil {
 			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
 		}
-		if h := promptHash(ev); h != "" {
+		if h := store.PromptHashOf(ev); h != "" {
 			if _, err := tx.StmtContext(ctx, w.prompt).ExecContext(ctx, h, ev.RunID); err != nil {
 				return fmt.Errorf("append to run %s seq %d: index prompt hash: %w", req.RunID, ev.Seq, err)
 			}

@@ -19,8 +19,9 @@ import (
 // process's memory, decided the outcome: one claimer wins a run, a renewal
 // and a takeover do not both succeed, a stale epoch writes nothing, one
 // idempotency key names one run for every caller, the first decision on an
-// approval wins, and a signal sent through one handle is consumed through
-// the other exactly once.
+// approval wins, a signal sent through one handle is consumed through
+// the other exactly once, and of tenants racing to register one connector
+// name one gets it and the others change nothing.
 func ExerciseProcesses(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { testConcurrentClaims(t, open) })
 	t.Run("TakeoverRacesRenewal", func(t *testing.T) { testTakeoverRacesRenewal(t, open) })
@@ -28,6 +29,7 @@ func ExerciseProcesses(t *testing.T, open func(t *testing.T) (APIStore, APIStore
 	t.Run("ConcurrentIdempotency", func(t *testing.T) { testConcurrentIdempotency(t, open) })
 	t.Run("ConcurrentDecisions", func(t *testing.T) { testConcurrentDecisions(t, open) })
 	t.Run("SignalsAcrossProcesses", func(t *testing.T) { testSignalsAcross(t, open) })
+	t.Run("ConnectorNameRace", func(t *testing.T) { testConnectorNameRace(t, open) })
 }
 
 // racers is how many concurrent callers each case starts, alternating
@@ -349,5 +351,32 @@ func testSignalsAcross(t *testing.T, open func(t *testing.T) (APIStore, APIStore
 		Events: c.next(1, "signal"), Durable: true, ConsumeSignals: []int64{sg.ID}}), store.ErrConflict)
 	if evs := readEvents(t, other, "r", 0, 0); len(evs) != 1 {
 		t.Fatalf("log has %d events, want the one that consumed the signal", len(evs))
+	}
+}
+
+// testConnectorNameRace: tenants racing through both handles to register
+// one connector name (deployment-wide, as tool names are) get one owner:
+// the others are ErrConflict and leave the winner's connector as it put it.
+func testConnectorNameRace(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
+	a, b := open(t)
+	for _, s := range []APIStore{a, b} {
+		if _, ok := s.(store.ConnectorStore); !ok {
+			t.Skip("the store does not implement store.ConnectorStore")
+		}
+	}
+	spec := func(i int) []byte { return fmt.Appendf(nil, `{"transport":"http","by":%d}`, i) }
+	errs := race(a, b, func(i int, s APIStore) error {
+		return s.(store.ConnectorStore).PutConnector(t.Context(), &store.Connector{Tenant: fmt.Sprintf("tenant-%d", i), Name: "core-banking",
+			Spec: spec(i), Overlays: []byte{}, CreatedAt: Base, UpdatedAt: Base})
+	})
+	won := winners(t, "PutConnector(core-banking)", errs, store.ErrConflict)
+	if len(won) != 1 {
+		t.Fatalf("%d tenants registering one connector name on two handles: %d won, want exactly 1", racers, len(won))
+	}
+	w := won[0]
+	all, err := a.(store.ConnectorStore).ListConnectors(t.Context(), "")
+	ok(t, "ListConnectors", err)
+	if len(all) != 1 || all[0].Tenant != fmt.Sprintf("tenant-%d", w) || string(all[0].Spec) != string(spec(w)) {
+		t.Fatalf("connectors after the race = %+v, want only tenant-%d's, as it put it", all, w)
 	}
 }

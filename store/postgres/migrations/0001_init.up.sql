@@ -1,6 +1,8 @@
--- The whole schema of the embedded SQLite store (its migrations 0001 to
--- 0007) in one step. Times are microseconds since the Unix epoch (bigint,
--- 0 = unset), as the event hash chain covers them; hashes are bytea.
+-- The schema of the embedded SQLite store's migrations 0001 to 0006 and
+-- 0010 (signal keys) in one step; 0002 adds 0007 to 0009. Blobs are not
+-- kept here: the Store takes a store.Blobs (a folder, an S3 bucket). Times
+-- are microseconds since the Unix epoch (bigint, 0 = unset), as the event
+-- hash chain covers them; hashes are bytea.
 CREATE TABLE runs (
   id             text PRIMARY KEY,
   tenant         text NOT NULL,
@@ -47,11 +49,6 @@ CREATE TABLE events (
   prev_hash bytea NOT NULL,
   hash      bytea NOT NULL,
   PRIMARY KEY (run_id, seq)
-);
-
-CREATE TABLE blobs (
-  hash bytea PRIMARY KEY,
-  data bytea NOT NULL
 );
 
 CREATE TABLE agent_versions (

@@ -1,7 +1,8 @@
 // Package pgtest gives tests a fresh PostgreSQL database each. It reads
 // AGENTPLANE_TEST_POSTGRES, the DSN of a superuser on a test cluster
 // (scripts/setup-postgres.sh starts one on loopback and exports it); a test
-// without it is skipped, or fails when AGENTPLANE_TEST_STRICT=1.
+// without it is skipped, or fails when AGENTPLANE_TEST_STRICT=1. Blobs gives
+// the blob store a PostgreSQL store is opened with.
 package pgtest
 
 import (
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agentplane/agentplane/store/blobdir"
 )
 
 // Env is the variable holding the superuser DSN.
@@ -65,4 +68,16 @@ func exec(t testing.TB, dsn, sql string) {
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// Blobs returns a blob folder in a temporary directory of the test: the
+// store.Blobs to open a PostgreSQL store with (postgres.Options.Blobs),
+// which keeps blobs outside the database.
+func Blobs(t testing.TB) *blobdir.Dir {
+	t.Helper()
+	d, err := blobdir.Open(t.TempDir())
+	if err != nil {
+		t.Fatalf("blob folder: %v", err)
+	}
+	return d
 }
