@@ -155,16 +155,7 @@ func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, log
 	case spec == "":
 		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		pg, err := postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
-		if err != nil {
-			return nil, err
-		}
-		s, ok := any(pg).(Store)
-		if !ok {
-			pg.Close()
-			return nil, errors.New("postgres store: this build keeps no connectors or browser sessions on PostgreSQL yet")
-		}
-		return s, nil
+		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
 	}
 	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
 }
