@@ -220,12 +220,16 @@ func (t *Tail) pass(ctx context.Context) {
 	}
 	t.mu.Unlock()
 	for id, w := range work {
-		done, err := t.deliver(ctx, id, w)
+		done, ended, err := t.deliver(ctx, id, w)
 		if err != nil {
 			t.o.Logger.Warn("telemetry: reading the log failed; will retry", "run", id, "err", err)
 		}
 		t.mu.Lock()
-		if cur := t.pending[id]; cur != nil && done && cur.to <= w.to {
+		// An append noted while this pass read the log may name events the
+		// pass already delivered; once the run's terminal event is
+		// delivered, nothing it names is new (the run was forgotten, and
+		// following it again would deliver its log a second time).
+		if cur := t.pending[id]; cur != nil && (done && cur.to <= w.to || ended > 0 && cur.to <= ended) {
 			delete(t.pending, id)
 		}
 		t.mu.Unlock()
@@ -236,8 +240,9 @@ func (t *Tail) pass(ctx context.Context) {
 }
 
 // deliver feeds the sinks of run id with its committed events up to w.to
-// and reports whether it got there.
-func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, error) {
+// and reports whether it got there, and the sequence number of the run's
+// terminal event when it delivered it (0 otherwise).
+func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, int64, error) {
 	f := t.runs[id]
 	if f == nil {
 		f = &follow{}
@@ -250,11 +255,11 @@ func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, error) {
 	f.active = t.tick
 	t.evict()
 	if f.cursor >= w.to {
-		return true, nil
+		return true, 0, nil
 	}
 	evs, err := t.o.Events.Events(ctx, id, f.cursor, 0)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	fresh := f.cursor == 0
 	for i := range evs {
@@ -269,10 +274,10 @@ func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, error) {
 		f.cursor = ev.Seq
 		if ev.Type == trace.EvRunCompleted || ev.Type == trace.EvRunFailed {
 			t.forget(id, f)
-			return true, nil
+			return true, ev.Seq, nil
 		}
 	}
-	return f.cursor >= w.to, nil
+	return f.cursor >= w.to, 0, nil
 }
 
 func (t *Tail) forget(id string, f *follow) {
