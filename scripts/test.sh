@@ -10,10 +10,8 @@ cd "$(dirname "$0")/.."
 TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
 export PATH="$TOOLS/bin:$PATH"
 mkdir -p "$TOOLS/bin"
-# Tests whose dependency is missing fail instead of skipping.
-export AGENTPLANE_TEST_STRICT=1
-
-# A test whose dependency is missing fails here instead of skipping.
+# A test whose dependency is missing fails instead of skipping (the setup
+# scripts below read it too).
 export AGENTPLANE_TEST_STRICT=1
 
 step() { printf '\n=== %s\n' "$*"; }
