@@ -105,6 +105,7 @@ func GuestEnv(e Exec) []string {
 	}
 	if ValidTraceparent(e.Traceparent) {
 		add("TRACEPARENT=" + e.Traceparent)
+		add(GuestSpansEnv + "=" + GuestWorkspace + "/" + GuestSpansFile)
 	}
 	if e.Egress {
 		for _, k := range []string{"HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/sandbox/egress"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // ManagerOptions configure a Manager.
@@ -73,6 +75,9 @@ type Call struct {
 	Boundary Boundary
 	// Files holds the collected files that existed and fit.
 	Files map[string][]byte
+	// GuestSpans are the spans the program emitted (ParseGuestSpans);
+	// nil when it emitted none.
+	GuestSpans *trace.GuestSpans
 }
 
 // Boundary is the host's record of one call at the sandbox boundary.
@@ -119,16 +124,19 @@ type pooled struct {
 }
 
 type session struct {
-	key      sessionKey
-	sb       Sandbox
-	exec     string
-	mu       sync.Mutex // one call at a time
-	created  time.Time
-	lastUsed time.Time
-	uses     int
-	busy     bool
-	gone     bool
-	proxy    *egress.Listener
+	// guestSpans counts the spans its commands emitted (capped by
+	// MaxGuestSpansPerSession).
+	guestSpans int
+	key        sessionKey
+	sb         Sandbox
+	exec       string
+	mu         sync.Mutex // one call at a time
+	created    time.Time
+	lastUsed   time.Time
+	uses       int
+	busy       bool
+	gone       bool
+	proxy      *egress.Listener
 }
 
 // Manager hands sandboxes to runs: one sandbox per run session (never
@@ -306,6 +314,9 @@ func (m *Manager) Run(ctx context.Context, req Request) (Call, error) {
 		b.Egress = s.proxy.TakeAttempts()
 	}
 	call := Call{Result: res, Boundary: b}
+	if err == nil && b.Traceparent != "" {
+		call.GuestSpans = m.guestSpans(ctx, s, t1, t1.Add(b.Wall))
+	}
 	if err == nil {
 		for _, p := range req.Collect {
 			limit := req.CollectLimit
@@ -679,4 +690,31 @@ func (m *Manager) reaper() {
 			m.Reap()
 		}
 	}
+}
+
+// guestSpans reads and empties the spans file a command may have written
+// (a program that has ended cannot write to it again: a sandbox whose
+// processes outlive a command is destroyed), and parses it as hostile
+// input within the session's budget.
+func (m *Manager) guestSpans(ctx context.Context, s *session, start, end time.Time) *trace.GuestSpans {
+	data, err := s.sb.ReadFile(ctx, GuestSpansFile, MaxGuestSpansBytes)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		data = nil
+	}
+	if len(data) == 0 && err == nil {
+		return nil
+	}
+	// Emptied so that the next command of a reused sandbox starts afresh.
+	_ = s.sb.WriteFile(ctx, GuestSpansFile, nil)
+	if err != nil {
+		return &trace.GuestSpans{Dropped: 1, Reasons: []string{fmt.Sprintf("the spans file could not be read or is over %d bytes", MaxGuestSpansBytes)}}
+	}
+	gs := ParseGuestSpans(data, start, end, MaxGuestSpansPerSession-s.guestSpans)
+	if gs != nil {
+		s.guestSpans += len(gs.Spans)
+	}
+	return gs
 }

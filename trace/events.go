@@ -380,6 +380,32 @@ type SandboxInfo struct {
 	Egress      []EgressAttempt `json:"egress,omitempty"`
 	// Claim is the guest's claim: the wrapper's own report of the command.
 	Claim *SandboxClaim `json:"guest_claim,omitempty"`
+	// GuestSpans are the spans the program emitted, as the host accepted
+	// them: exported as children of the call's execute_tool span, never
+	// trusted as a measurement.
+	GuestSpans *GuestSpans `json:"guest_spans,omitempty"`
+}
+
+// GuestSpan is one span a sandboxed program emitted, as the host accepted
+// it (sandbox.ParseGuestSpans): offsets are from the start of the host's window of the command.
+type GuestSpan struct {
+	Name string `json:"name"`
+	// Parent is the index of an earlier span of the same call, or -1 for
+	// the call's execute_tool span.
+	Parent     int            `json:"parent"`
+	StartUS    int64          `json:"start_us"`
+	DurationUS int64          `json:"duration_us"`
+	Error      bool           `json:"error,omitempty"`
+	Attributes map[string]any `json:"attributes,omitempty"`
+}
+
+// GuestSpans is what the host kept of one call's emitted spans.
+type GuestSpans struct {
+	Spans []GuestSpan `json:"spans,omitempty"`
+	// Dropped counts lines refused or over a limit; Reasons says why, one
+	// entry a kind of refusal (bounded).
+	Dropped int      `json:"dropped,omitempty"`
+	Reasons []string `json:"reasons,omitempty"`
 }
 
 // SandboxClaim is what the wrapper inside a sandbox reported of one

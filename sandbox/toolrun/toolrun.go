@@ -272,6 +272,7 @@ func boundary(c sandbox.Call, err error) *trace.SandboxInfo {
 		return info
 	}
 	info.Claim = claim(r, info)
+	info.GuestSpans = c.GuestSpans
 	return info
 }
 

@@ -26,6 +26,8 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"math"
+	"sort"
 	"strings"
 	"time"
 
@@ -84,6 +86,15 @@ func TraceID(runID string) oteltrace.TraceID {
 // idempotency key: the parent span id of its sandbox's traceparent.
 func ToolSpanID(idempotencyKey string) oteltrace.SpanID {
 	sum := sha256.Sum256([]byte("span:" + idempotencyKey))
+	var s oteltrace.SpanID
+	copy(s[:], sum[:8])
+	return s
+}
+
+// GuestSpanID is the span id of the i-th span a sandboxed program emitted
+// during the call with this idempotency key.
+func GuestSpanID(idempotencyKey string, i int) oteltrace.SpanID {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("guest-span:%s:%d", idempotencyKey, i)))
 	var s oteltrace.SpanID
 	copy(s[:], sum[:8])
 	return s
@@ -419,6 +430,74 @@ func (d *deriver) tool(ev *store.Event, r *trace.ToolResult, at *attempt) {
 	}
 	sp.End(oteltrace.WithTimestamp(ev.At))
 	d.spans++
+	if r.Sandbox != nil && r.Sandbox.GuestSpans != nil && a.IdempotencyKey != "" {
+		d.guestSpans(ev, r.Sandbox, a.IdempotencyKey, at.at)
+	}
+}
+
+// guestSpans emits the spans a sandboxed program wrote, as the host
+// accepted them (sandbox.ParseGuestSpans), under the call's execute_tool
+// span: ids derived from the call's key, times inside the host's window of
+// the command (it ended by the tool_result event, and lasted WallMS),
+// attribute values redacted like every other, and each marked as the
+// guest's with agentplane.sandbox.guest_span, a key no guest may set.
+func (d *deriver) guestSpans(ev *store.Event, b *trace.SandboxInfo, key string, notBefore time.Time) {
+	base := ev.At.Add(-time.Duration(b.WallMS) * time.Millisecond)
+	if base.Before(notBefore) {
+		base = notBefore
+	}
+	ids := make([]oteltrace.SpanID, len(b.GuestSpans.Spans))
+	for i, g := range b.GuestSpans.Spans {
+		ids[i] = GuestSpanID(key, i)
+		parent := ToolSpanID(key)
+		if g.Parent >= 0 && g.Parent < i {
+			parent = ids[g.Parent]
+		}
+		start := base.Add(time.Duration(g.StartUS) * time.Microsecond)
+		end := start.Add(time.Duration(g.DurationUS) * time.Microsecond)
+		if end.After(ev.At) {
+			end = ev.At
+		}
+		if start.After(end) {
+			start = end
+		}
+		attrs := []attribute.KeyValue{attribute.Bool("agentplane.sandbox.guest_span", true),
+			attribute.String("agentplane.sandbox.id", b.ID), attribute.Int("agentplane.step", ev.Step)}
+		keys := make([]string, 0, len(g.Attributes))
+		for k := range g.Attributes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			switch v := g.Attributes[k].(type) {
+			case string:
+				attrs = append(attrs, attribute.String(k, d.clean(v)))
+			case bool:
+				attrs = append(attrs, attribute.Bool(k, v))
+			case float64:
+				if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+					attrs = append(attrs, attribute.Int64(k, int64(v)))
+				} else {
+					attrs = append(attrs, attribute.Float64(k, v))
+				}
+			case int64:
+				attrs = append(attrs, attribute.Int64(k, v))
+			}
+		}
+		pctx := oteltrace.ContextWithSpanContext(d.ctx, oteltrace.NewSpanContext(oteltrace.SpanContextConfig{
+			TraceID: d.tid, SpanID: parent, TraceFlags: oteltrace.FlagsSampled}))
+		_, sp := d.tr.Start(d.with(pctx, ids[i]), d.clean(g.Name), oteltrace.WithTimestamp(start),
+			oteltrace.WithSpanKind(oteltrace.SpanKindInternal), oteltrace.WithAttributes(attrs...))
+		if g.Error {
+			sp.SetStatus(codes.Error, "the sandboxed program reported an error")
+		}
+		sp.End(oteltrace.WithTimestamp(end))
+		d.spans++
+	}
+	if n := b.GuestSpans.Dropped; n > 0 {
+		d.root.AddEvent("agentplane.sandbox.guest_spans_dropped", oteltrace.WithTimestamp(ev.At), oteltrace.WithAttributes(
+			attribute.String("agentplane.sandbox.id", b.ID), attribute.Int("agentplane.sandbox.guest_spans.dropped", n)))
+	}
 }
 
 // sandboxAttrs are the host's measurements at the sandbox boundary of one

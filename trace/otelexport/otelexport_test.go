@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -260,4 +261,77 @@ func sandboxedLog(t *testing.T, evs []store.Event) []store.Event {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// Spans a sandboxed program emitted (as the host accepted them) are
+// exported under the call's execute_tool span, in the run's trace, inside
+// the tool span's time, marked as the guest's; what was dropped is an
+// event on the run span.
+func TestGuestSpansUnderToolSpan(t *testing.T) {
+	_, evs := recordedRun(t, platform.TelemetryOptions{})
+	out := sandboxedLog(t, evs)
+	var key, runID string
+	for i, ev := range out {
+		switch ev.Type {
+		case trace.EvToolAttempt:
+			var a trace.ToolAttempt
+			if err := json.Unmarshal(ev.Payload, &a); err != nil {
+				t.Fatal(err)
+			}
+			key, runID = a.IdempotencyKey, ev.RunID
+		case trace.EvToolResult:
+			var r trace.ToolResult
+			if err := json.Unmarshal(ev.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			r.Sandbox.GuestSpans = &trace.GuestSpans{Dropped: 2, Reasons: []string{"forged"}, Spans: []trace.GuestSpan{
+				{Name: "query db", Parent: -1, StartUS: 1000, DurationUS: 5000, Attributes: map[string]any{"db.rows": 12, "db.system": "sqlite"}},
+				{Name: "parse", Parent: 0, StartUS: 2000, DurationUS: 999_999_999, Error: true},
+			}}
+			out[i].Payload, _ = json.Marshal(r)
+		}
+	}
+	ro, err := otelexport.Derive(context.Background(), out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]tracetest.SpanStub{}
+	for _, s := range tracetest.SpanStubsFromReadOnlySpans(ro) {
+		byName[s.Name] = s
+	}
+	tool, q, p := byName["execute_tool echo"], byName["query db"], byName["parse"]
+	if q.Name == "" || p.Name == "" {
+		t.Fatalf("guest spans missing: %v", byName)
+	}
+	if q.SpanContext.TraceID() != otelexport.TraceID(runID) || q.Parent.SpanID() != otelexport.ToolSpanID(key) ||
+		q.Parent.SpanID() != tool.SpanContext.SpanID() || q.SpanContext.SpanID() != otelexport.GuestSpanID(key, 0) {
+		t.Errorf("query db: trace %s parent %s, want trace %s parent (tool span) %s", q.SpanContext.TraceID(), q.Parent.SpanID(), otelexport.TraceID(runID), tool.SpanContext.SpanID())
+	}
+	if p.Parent.SpanID() != q.SpanContext.SpanID() || p.Status.Code != codes.Error {
+		t.Errorf("parse: parent %s status %v", p.Parent.SpanID(), p.Status)
+	}
+	for _, s := range []tracetest.SpanStub{q, p} {
+		if s.StartTime.Before(tool.StartTime) || s.EndTime.After(tool.EndTime) {
+			t.Errorf("%s runs %s..%s, outside its tool span %s..%s", s.Name, s.StartTime, s.EndTime, tool.StartTime, tool.EndTime)
+		}
+		marked := false
+		for _, a := range s.Attributes {
+			if a.Key == "agentplane.sandbox.guest_span" && a.Value.AsBool() {
+				marked = true
+			}
+			if a.Key == "db.rows" && a.Value.AsInt64() != 12 {
+				t.Errorf("db.rows = %s", a.Value.String())
+			}
+		}
+		if !marked {
+			t.Errorf("%s is not marked as the guest's", s.Name)
+		}
+	}
+	dropped := false
+	for _, e := range byName["invoke_agent a"].Events {
+		dropped = dropped || e.Name == "agentplane.sandbox.guest_spans_dropped"
+	}
+	if !dropped {
+		t.Error("no event counts the dropped guest spans")
+	}
 }
