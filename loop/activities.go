@@ -41,7 +41,13 @@ type StartInput struct {
 
 // ModelCallInput is the input of ActModelCall.
 type ModelCallInput struct {
-	Request     *model.Request    `json:"request"`
+	Request *model.Request `json:"request"`
+	// PromptHash and PromptBytes are trace.PromptHash of Request, computed
+	// by the loop from its transcript (incrementally: see
+	// Transcript.PromptHash) rather than by encoding the whole request
+	// again here.
+	PromptHash  string            `json:"prompt_hash"`
+	PromptBytes int64             `json:"prompt_bytes"`
 	Delta       []int64           `json:"delta"`
 	NoTools     bool              `json:"no_tools,omitempty"`
 	Alias       string            `json:"alias"`
@@ -266,8 +272,7 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (trace.RunStarted
 // ends on it), not an activity error: the gateway already retried.
 func (a *Activities) ModelCall(ctx context.Context, in ModelCallInput) (trace.ModelCall, error) {
 	req := in.Request
-	hash, size := trace.PromptHash(req)
-	mc := trace.ModelCall{Alias: in.Alias, Delta: in.Delta, PromptHash: hash, PromptBytes: size, NoTools: in.NoTools, Temperature: req.Temperature}
+	mc := trace.ModelCall{Alias: in.Alias, Delta: in.Delta, PromptHash: in.PromptHash, PromptBytes: in.PromptBytes, NoTools: in.NoTools, Temperature: req.Temperature}
 	var res *model.CallResult
 	var err error
 	if sm, ok := a.o.Models.(StreamingModels); ok && a.o.OnDelta != nil {

@@ -30,7 +30,7 @@ func TestActivityInputsRoundTrip(t *testing.T) {
 	dec := trace.Decision{Control: broker.ControlApproval, Reason: "needs approval", Approval: &trace.ApprovalNeed{Group: "payers", ExpiresMS: 1000}}
 	inputs := []any{
 		loop.StartInput{Run: run},
-		loop.ModelCallInput{Request: req, Delta: []int64{1, 2}, Alias: "m", Currency: "USD",
+		loop.ModelCallInput{Request: req, PromptHash: "sha256:ab", PromptBytes: 9, Delta: []int64{1, 2}, Alias: "m", Currency: "USD",
 			Attribution: model.Attribution{Tenant: "t1", RunID: "run_1", Step: 2, Budget: model.Budget{MaxInputTokens: 10, MaxCost: model.Money{Micros: 9, Currency: "USD"}}}},
 		loop.DecideInput{Run: run, Step: 2, Index: 1, CallID: "toolu_1", Tool: "echo", Manifest: "ab", Args: []byte(`{"text":"x"}`),
 			ArgsHash: "cd", Key: "run_1:2:1", State: state, Refusal: &dec},

@@ -492,11 +492,11 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	req := st.tr.Request(noTools)
 	req.Temperature = st.started.Temperature
 	delta := st.tr.TakeDelta()
+	hash, size := st.tr.PromptHash(noTools)
 	var ev engine.Event
 	var err error
 	if orig := st.replay.recordedModel(step, noTools); orig != nil {
 		// Served from the original's log: no model call, no cost.
-		hash, size := trace.PromptHash(req)
 		mc := trace.ModelCall{Alias: st.started.ModelAlias, Delta: delta, PromptHash: hash, PromptBytes: size, NoTools: noTools, Temperature: req.Temperature,
 			Response: orig.Response, Model: orig.Model, ReplayedFrom: orig.seq, CostKnown: true, Currency: st.budgets.MaxCost.Currency}
 		ev, err = st.env.Record(ctx, trace.EvModelCall, step, engine.Buffered, mc)
@@ -513,7 +513,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 				CostUnknown: st.costUnknown}
 		}
 		ev, err = st.env.Execute(ctx, engine.Call{Activity: ActModelCall, Event: trace.EvModelCall, Step: step, Durability: engine.Buffered,
-			Input: ModelCallInput{Request: req, Delta: delta, NoTools: noTools, Alias: st.started.ModelAlias, Attribution: attr, Currency: st.budgets.MaxCost.Currency}})
+			Input: ModelCallInput{Request: req, PromptHash: hash, PromptBytes: size, Delta: delta, NoTools: noTools, Alias: st.started.ModelAlias, Attribution: attr, Currency: st.budgets.MaxCost.Currency}})
 	}
 	if err != nil {
 		return nil, err

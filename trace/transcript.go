@@ -2,9 +2,11 @@ package trace
 
 import (
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
@@ -23,6 +25,9 @@ type Transcript struct {
 	// one that arrives mid-step (say, while a call waits for approval) must
 	// not land between a step's tool results.
 	held []heldMessage
+	// prefix is the running hash of the start of the prompt's encoding
+	// that can no longer change (PromptHash).
+	prefix *promptPrefix
 }
 
 type heldMessage struct {
@@ -128,6 +133,7 @@ func (t *Transcript) Add(ev *store.Event) error {
 		}
 		recent := append([]model.Message(nil), t.messages[len(t.messages)-p.KeptMessages:]...)
 		t.messages = model.ApplyCompaction(t.messages[0], string(note), recent)
+		t.prefix = nil
 	case EvStepStarted:
 		for _, h := range t.held {
 			t.userPart(model.Part{Type: model.PartText, Text: h.text})
@@ -168,6 +174,81 @@ func (t *Transcript) modelView(c Content, truncated bool) (string, error) {
 func (t *Transcript) Request(noTools bool) *model.Request {
 	return &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...),
 		Tools: t.Tools, ForbidToolCalls: noTools}
+}
+
+// PromptHash returns PromptHash(t.Request(noTools)) without encoding the
+// whole conversation again at every step: of the messages, only the last
+// can still change (a step's tool results are appended to it) until a
+// compaction replaces them all, so the hash state after every earlier
+// message is kept and only the rest is encoded. The bytes hashed are
+// exactly PromptHash's (a test checks it on every event of long runs).
+func (t *Transcript) PromptHash(noTools bool) (string, int64) {
+	n := len(t.messages)
+	if n == 0 {
+		return PromptHash(t.Request(noTools))
+	}
+	p := t.prefix
+	if p == nil || p.system != t.System || !sameTools(p.tools, t.Tools) || p.folded > n-1 {
+		p = &promptPrefix{system: t.System, tools: t.Tools, h: sha256.New()}
+		p.write([]byte(`{"system":`))
+		p.write(mustJSON(t.System))
+		p.write([]byte(`,"messages":[`))
+		p.toolsJSON = mustJSON(t.Tools)
+		t.prefix = p
+	}
+	for ; p.folded < n-1; p.folded++ {
+		p.write(mustJSON(t.messages[p.folded]))
+		p.write([]byte(","))
+	}
+	// The tail goes into a copy of the state.
+	state, err := p.h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		panic(fmt.Sprintf("trace: sha256 state: %v", err))
+	}
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(state); err != nil {
+		panic(fmt.Sprintf("trace: sha256 state: %v", err))
+	}
+	size := p.bytes
+	write := func(b []byte) { h.Write(b); size += int64(len(b)) }
+	write(mustJSON(t.messages[n-1]))
+	write([]byte(`],"tools":`))
+	write(p.toolsJSON)
+	if noTools {
+		write([]byte(`,"forbid_tool_calls":true`))
+	}
+	write([]byte("}"))
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), size
+}
+
+// promptPrefix is the hash of the encoding of a prompt up to and including
+// the comma after its message folded-1, and what it was computed over.
+type promptPrefix struct {
+	system    string
+	tools     []model.ToolDef
+	toolsJSON []byte
+	h         hash.Hash
+	bytes     int64
+	folded    int
+}
+
+func (p *promptPrefix) write(b []byte) {
+	p.h.Write(b)
+	p.bytes += int64(len(b))
+}
+
+// sameTools reports whether a and b are the same slice (the transcript's
+// tool definitions are set once and never edited in place).
+func sameTools(a, b []model.ToolDef) bool {
+	return (a == nil) == (b == nil) && len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("trace: marshal prompt: %v", err))
+	}
+	return b
 }
 
 // PromptHash identifies a request's content (system, messages, tools).
