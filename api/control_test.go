@@ -37,12 +37,19 @@ func TestMessagesAndCancel(t *testing.T) {
 	}
 	f.waitPending(priya, id, "issue_refund")
 
-	if r := f.do(priya, "POST", "/v1/runs/"+id+":cancel", map[string]any{"reason": "customer withdrew the complaint"}); r.status != http.StatusAccepted {
+	if r := f.do(priya, "POST", "/v1/runs/"+id+":cancel", map[string]any{"reason": strings.Repeat("x", 4097)}); r.status != http.StatusBadRequest {
+		t.Fatalf("a 4 KiB+ reason: %s, want 400", r)
+	}
+	// A secret pasted into the reason is recorded as its placeholder.
+	if r := f.do(priya, "POST", "/v1/runs/"+id+":cancel", map[string]any{"reason": "customer withdrew the complaint; password=hunter2-rotated-77"}); r.status != http.StatusAccepted {
 		t.Fatalf("cancel: %s", r)
 	}
 	run := f.waitStatus(priya, id, store.StatusCancelled)
 	if !hasSignal(t, f, id, trace.SignalCancel, "customer withdrew") {
 		t.Fatal("the cancel is not in the run's log")
+	}
+	if raw := f.do(priya, "GET", "/v1/runs/"+id+"/events", nil); strings.Contains(string(raw.body), "hunter2-rotated-77") {
+		t.Fatal("the secret in the cancel's reason reached the run's log")
 	}
 	var evs api.EventList
 	f.do(priya, "GET", "/v1/runs/"+id+"/events", nil).decode(t, &evs)

@@ -518,6 +518,10 @@ func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 			return
 		}
 	}
+	if len(req.Reason) > 4096 {
+		s.fail(w, r, badRequest("reason is longer than 4096 bytes"))
+		return
+	}
 	s.signal(w, r, p, params["run_id"], trace.SignalCancel, func(ctx context.Context, run *store.Run) (*store.Run, error) {
 		return s.p.Runs.Cancel(ctx, runs.CancelRequest{RunID: run.ID, Tenant: p.Tenant, By: p.User, Reason: req.Reason})
 	})

@@ -51,7 +51,7 @@ func TestAsyncRunThroughApproval(t *testing.T) {
 	if len(list.Approvals) != 1 || list.Approvals[0].ID != ap.ID {
 		t.Fatalf("GET /v1/approvals = %s", lr)
 	}
-	if r := decide(meera, map[string]any{"decision": "approve", "comment": "checked the statement"}); r.status != http.StatusAccepted {
+	if r := decide(meera, map[string]any{"decision": "approve", "comment": "checked the statement; api_key=sk-live-51HxQ2eZvKYlo2C0a9"}); r.status != http.StatusAccepted {
 		t.Fatalf("supervisor's approval: %s", r)
 	}
 	if r := decide(meera, map[string]any{"decision": "reject"}); r.status != http.StatusConflict {
@@ -83,6 +83,10 @@ func TestAsyncRunThroughApproval(t *testing.T) {
 			t.Fatalf("event %d has seq %d", i, ev.Seq)
 		}
 		types = append(types, ev.Type)
+	}
+	if raw := f.do(priya, "GET", "/v1/runs/"+id+"/events", nil); strings.Contains(string(raw.body), "sk-live-51HxQ2eZvKYlo2C0a9") ||
+		!strings.Contains(string(raw.body), "checked the statement") {
+		t.Fatal("the secret in the approver's comment reached the run's log, or the comment is missing")
 	}
 	joined := strings.Join(types, " ")
 	for _, want := range []string{trace.EvApprovalReq, trace.EvApprovalDec, trace.EvRunCompleted} {

@@ -71,6 +71,9 @@ func (s *Service) pendingIn(ctx context.Context, run *store.Run) ([]PendingAppro
 	return out, nil
 }
 
+// maxComment bounds an approver's comment and a cancel's reason.
+const maxComment = 4096
+
 // DecideRequest is a human's decision on an approval.
 type DecideRequest struct {
 	ApprovalID string
@@ -139,8 +142,14 @@ func (s *Service) Decide(ctx context.Context, d DecideRequest) error {
 	if !ok {
 		return fmt.Errorf("approval %s: %w: %s is not in group %s", d.ApprovalID, ErrNotApprover, d.Decider, req.Group)
 	}
+	if len(d.Comment) > maxComment {
+		return fmt.Errorf("approval %s: the comment is longer than %d bytes", d.ApprovalID, maxComment)
+	}
+	// A secret pasted into the comment is recorded as its placeholder,
+	// like the text of a task or a message.
+	comment, _ := trace.UserText(d.Comment)
 	payload, err := json.Marshal(trace.ApprovalSignal{ApprovalID: d.ApprovalID, Decision: d.Decision, ArgsHash: req.ArgsHash,
-		Args: d.Args, Decider: d.Decider, Comment: d.Comment})
+		Args: d.Args, Decider: d.Decider, Comment: comment})
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,12 @@ func (s *Service) Cancel(ctx context.Context, r CancelRequest) (*store.Run, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := s.o.Engine.Cancel(ctx, run.ID, engine.Cancel{By: r.By, Reason: r.Reason}); err != nil {
+	if len(r.Reason) > maxComment {
+		return nil, fmt.Errorf("cancel: the reason is longer than %d bytes", maxComment)
+	}
+	// A secret pasted into the reason is recorded as its placeholder.
+	reason, _ := trace.UserText(r.Reason)
+	if err := s.o.Engine.Cancel(ctx, run.ID, engine.Cancel{By: r.By, Reason: reason}); err != nil {
 		return nil, err
 	}
 	return run, nil
