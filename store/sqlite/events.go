@@ -229,6 +229,40 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 	return &w, nil
 }
 
+// readStmts are the reads every step of a run makes, prepared once on the
+// reader pool (database/sql prepares each on a connection the first time
+// it is used there) instead of parsed again at every call.
+type readStmts struct {
+	events, signals, principal *sql.Stmt
+}
+
+func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
+	var r readStmts
+	for _, p := range []struct {
+		dst **sql.Stmt
+		q   string
+	}{
+		{&r.events, "SELECT seq, type, step, at, payload, prev_hash, hash FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"},
+		{&r.signals, "SELECT id, run_id, kind, payload, key, created_at FROM signals WHERE run_id = ? AND consumed = 0 ORDER BY id"},
+		{&r.principal, "SELECT tenant, user_id, scopes, groups_, bindings, updated_at FROM principals WHERE tenant = ? AND user_id = ?"},
+	} {
+		st, err := db.PrepareContext(ctx, p.q)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite store: prepare %q: %w", p.q, err)
+		}
+		*p.dst = st
+	}
+	return &r, nil
+}
+
+func (r *readStmts) close() {
+	for _, st := range []*sql.Stmt{r.events, r.signals, r.principal} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
 func (w *writeStmts) close() {
 	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.update, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
@@ -356,13 +390,10 @@ func boolInt(b bool) int {
 
 // Events implements store.EventStore.
 func (s *Store) Events(ctx context.Context, runID string, after int64, limit int) ([]store.Event, error) {
-	q := "SELECT seq, type, step, at, payload, prev_hash, hash FROM events WHERE run_id = ? AND seq > ? ORDER BY seq"
-	args := []any{runID, after}
-	if limit > 0 {
-		q += " LIMIT ?"
-		args = append(args, limit)
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.reads.events.QueryContext(ctx, runID, after, limit)
 	if err != nil {
 		return nil, err
 	}

@@ -64,8 +64,7 @@ func scanPrincipal(sc scanner) (*store.Principal, error) {
 
 // GetPrincipal implements store.PrincipalStore.
 func (s *Store) GetPrincipal(ctx context.Context, tenant, user string) (*store.Principal, error) {
-	p, err := scanPrincipal(s.r.QueryRowContext(ctx,
-		"SELECT tenant, user_id, scopes, groups_, bindings, updated_at FROM principals WHERE tenant = ? AND user_id = ?", tenant, user))
+	p, err := scanPrincipal(s.reads.principal.QueryRowContext(ctx, tenant, user))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("principal %s/%s: %w", tenant, user, store.ErrNotFound)
 	}

@@ -251,7 +251,7 @@ func (s *Store) SendSignal(ctx context.Context, sg *store.Signal) error {
 
 // PendingSignals implements store.SignalStore.
 func (s *Store) PendingSignals(ctx context.Context, runID string) ([]*store.Signal, error) {
-	rows, err := s.r.QueryContext(ctx, "SELECT id, run_id, kind, payload, key, created_at FROM signals WHERE run_id = ? AND consumed = 0 ORDER BY id", runID)
+	rows, err := s.reads.signals.QueryContext(ctx, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -64,6 +64,7 @@ type Store struct {
 
 	maxBatch int
 	stmts    *writeStmts
+	reads    *readStmts
 
 	// closeMu is held shared while an append is being queued and
 	// exclusively by Close, so that nothing is queued once the writer may
@@ -125,6 +126,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	s.stmts = stmts
+	if s.reads, err = prepareReads(ctx, r); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
 	s.blobs = o.Blobs
 	if s.blobs == nil {
 		d, err := blobdir.Open(filepath.Join(o.Dir, "blobs"))
@@ -157,6 +162,9 @@ func (s *Store) Close() error {
 func (s *Store) closeDBs() error {
 	if s.stmts != nil {
 		s.stmts.close()
+	}
+	if s.reads != nil {
+		s.reads.close()
 	}
 	return errors.Join(s.w.Close(), s.r.Close())
 }
