@@ -1,0 +1,361 @@
+package temporal
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/store"
+)
+
+// Names of the workflow and of its signals on Temporal.
+const (
+	// WorkflowName is the Temporal workflow type of an agentplane run.
+	WorkflowName = "agentplane.run"
+	// SignalName carries an approval, a message or a cancel (sigMsg).
+	SignalName = "agentplane.signal"
+	// WakeName carries the engine clock's time to a waiting run (wakeMsg),
+	// so a wait's deadline passes on that clock too.
+	WakeName = "agentplane.wake"
+)
+
+// runInput is the workflow's input: the run as created.
+type runInput struct {
+	Run engine.RunInfo `json:"run"`
+}
+
+// sigMsg is a signal as the workflow receives it: the stored signal's id
+// (consumed by the append that records it), its kind and payload.
+type sigMsg struct {
+	ID      int64           `json:"id"`
+	Kind    string          `json:"kind"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// wakeMsg tells a waiting run what time the engine's clock reads.
+type wakeMsg struct {
+	Now time.Time `json:"now"`
+}
+
+// run is the Temporal workflow: the engine's Workflow over a tenv, then
+// the final update of the run's row.
+func (e *Engine) run(ctx workflow.Context, in runInput) (engine.Outcome, error) {
+	en := &tenv{
+		ctx: ctx, e: e, info: in.Run, now: in.Run.CreatedAt, status: store.StatusRunning,
+		sigs:  workflow.GetSignalChannel(ctx, SignalName),
+		wakes: workflow.GetSignalChannel(ctx, WakeName),
+	}
+	out, err := e.o.Workflow(context.Background(), en)
+	if err != nil {
+		out = engine.Outcome{Status: store.StatusFailed, Result: "platform error: " + err.Error()}
+	}
+	var noWake time.Time
+	en.update = &store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake}
+	if ferr := en.flush(time.Time{}); ferr != nil {
+		// The run's row could not say how it ended: the workflow fails,
+		// and the engine's reconciliation marks the row.
+		return out, fmt.Errorf("record the end of run %s: %w", in.Run.ID, errors.Join(err, ferr))
+	}
+	return out, nil
+}
+
+// tenv is engine.Env over a workflow.Context. Records of no effect are
+// buffered and appended with the next activity (as the embedded engine
+// commits buffered appends with the next commit); durable records,
+// activity results and signals are appended by activities, each before the
+// workflow goes on.
+type tenv struct {
+	ctx  workflow.Context
+	e    *Engine
+	info engine.RunInfo
+	// seq, head: the newest event the workflow knows of (appended or
+	// pending); appended is the newest the log holds.
+	seq      int64
+	appended int64
+	head     [32]byte
+	now      time.Time
+	pending  []newEvent
+	consume  []int64
+	status   string
+	wakeAt   *time.Time
+	update   *store.RunUpdate
+	counters *engine.Counters
+	sigs     workflow.ReceiveChannel
+	wakes    workflow.ReceiveChannel
+}
+
+var _ engine.Env = (*tenv)(nil)
+
+func (t *tenv) Run() engine.RunInfo      { return t.info }
+func (t *tenv) Now() time.Time           { return t.now }
+func (t *tenv) Report(c engine.Counters) { t.counters = &c }
+
+func (t *tenv) Record(_ context.Context, typ string, step int, d engine.Durability, payload any) (engine.Event, error) {
+	b, err := engine.EncodePayload(payload)
+	if err != nil {
+		return engine.Event{}, fmt.Errorf("record %s: %w", typ, err)
+	}
+	t.seq++
+	ev := engine.Event{Seq: t.seq, Type: typ, Step: step, Payload: b}
+	if d == engine.Buffered {
+		ev.At = t.now
+		t.pending = append(t.pending, newEvent{Type: typ, Step: step, Payload: b, At: t.now})
+		return ev, nil
+	}
+	t.pending = append(t.pending, newEvent{Type: typ, Step: step, Payload: b})
+	if err := t.flush(time.Time{}); err != nil {
+		return engine.Event{}, err
+	}
+	ev.At = t.now
+	return ev, nil
+}
+
+func (t *tenv) Execute(_ context.Context, c engine.Call) (engine.Event, error) {
+	if _, ok := t.e.o.Activities.Lookup(c.Activity); !ok {
+		return engine.Event{}, fmt.Errorf("activity %q is not registered with the engine", c.Activity)
+	}
+	input, err := json.Marshal(c.Input)
+	if err != nil {
+		return engine.Event{}, fmt.Errorf("activity %s (step %d): encode input: %w", c.Activity, c.Step, err)
+	}
+	t.seq++
+	t.pending = append(t.pending, newEvent{Type: c.Event, Step: c.Step})
+	in := executeIn{Record: t.appendIn(time.Time{}), Step: c.Step, Input: input}
+	var out appended
+	if err := t.call(c.Activity, in.Record, input, in, &out); err != nil {
+		return engine.Event{}, fmt.Errorf("activity %s (step %d): %w", c.Activity, c.Step, classify(err))
+	}
+	if err := t.appendedOK(in.Record, out); err != nil {
+		return engine.Event{}, err
+	}
+	return engine.Event{Seq: t.seq, Type: c.Event, Step: c.Step, At: t.now, Payload: out.Payload}, nil
+}
+
+// classify gives an activity failure, as the workflow sees it, its
+// engine error class.
+func classify(err error) error {
+	if IsNonRetryable(err) {
+		return engine.NonRetryable(err)
+	}
+	return engine.Retryable(err)
+}
+
+// appendIn takes the pending events, signals and row updates into one
+// append after the newest appended event.
+func (t *tenv) appendIn(floor time.Time) appendIn {
+	in := appendIn{RunID: t.info.ID, Tenant: t.info.Tenant, PrevSeq: t.appended, PrevHash: hex.EncodeToString(t.head[:]),
+		Events: t.pending, Floor: floor, Consume: t.consume, Update: t.update}
+	if in.Update == nil && (t.status != "" || t.wakeAt != nil || t.counters != nil) {
+		in.Update = &store.RunUpdate{}
+	}
+	if in.Update != nil {
+		if t.status != "" && in.Update.Status == nil {
+			in.Update.Status = &t.status
+		}
+		if t.wakeAt != nil && in.Update.WakeAt == nil {
+			in.Update.WakeAt = t.wakeAt
+		}
+		if c := t.counters; c != nil {
+			in.Update.Steps, in.Update.InputTokens, in.Update.OutputTokens = &c.Steps, &c.InputTokens, &c.OutputTokens
+			in.Update.CostMicros, in.Update.Currency, in.Update.CostUnknown = &c.CostMicros, &c.Currency, &c.CostUnknown
+		}
+	}
+	return in
+}
+
+// appendedOK takes in as appended: the chain's head and the clock move on,
+// and nothing is pending.
+func (t *tenv) appendedOK(in appendIn, out appended) error {
+	if len(out.At) != len(in.Events) {
+		return fmt.Errorf("append to run %s: %d times for %d events", t.info.ID, len(out.At), len(in.Events))
+	}
+	head, err := decodeHash(out.Head)
+	if err != nil {
+		return err
+	}
+	t.head, t.appended = head, in.PrevSeq+int64(len(in.Events))
+	if n := len(out.At); n > 0 {
+		t.now = out.At[n-1]
+	}
+	t.pending, t.consume, t.status, t.wakeAt, t.update, t.counters = nil, nil, "", nil, nil, nil
+	return nil
+}
+
+// flush appends what is pending (events, signals, the row's update), if
+// anything is.
+func (t *tenv) flush(floor time.Time) error {
+	if len(t.pending) == 0 && len(t.consume) == 0 && t.status == "" && t.wakeAt == nil && t.update == nil && t.counters == nil {
+		return nil
+	}
+	in := t.appendIn(floor)
+	var out appended
+	if err := t.call(ActivityAppend, in, nil, in, &out); err != nil {
+		return fmt.Errorf("append to run %s: %w", t.info.ID, classify(err))
+	}
+	return t.appendedOK(in, out)
+}
+
+// call runs the Temporal activity name on arg. Its activity id names what
+// it appends (the sequence number of its last event, its type and a digest
+// of the chain's head, the events and the input), so a workflow whose code
+// now appends something else than its history recorded is refused by
+// Temporal's replay as nondeterministic, before any effect.
+func (t *tenv) call(name string, rec appendIn, input []byte, arg, out any) error {
+	p := t.e.policy(name)
+	opts, err := p.Options("")
+	if err != nil {
+		return err
+	}
+	opts.ActivityID = activityID(rec, name, input)
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(t.ctx, opts), name, arg)
+	return f.Get(t.ctx, out)
+}
+
+func activityID(rec appendIn, name string, input []byte) string {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field([]byte(rec.PrevHash))
+	field([]byte(name))
+	field(input)
+	last := ""
+	for _, ev := range rec.Events {
+		field([]byte(ev.Type))
+		binary.BigEndian.PutUint64(n[:], uint64(ev.Step))
+		h.Write(n[:])
+		field(ev.Payload)
+		field([]byte(ev.At.UTC().Format(time.RFC3339Nano)))
+		last = ev.Type
+	}
+	return fmt.Sprintf("%d-%s-%s", rec.PrevSeq+int64(len(rec.Events)), last, hex.EncodeToString(h.Sum(nil)[:8]))
+}
+
+// drain takes the signals that arrived, without waiting.
+func (t *tenv) drain() []sigMsg {
+	var out []sigMsg
+	for {
+		var m sigMsg
+		if !t.sigs.ReceiveAsync(&m) {
+			return out
+		}
+		out = append(out, m)
+	}
+}
+
+// recordSignals appends msgs as signal events (consuming their stored
+// signals in the same transaction) and returns the events.
+func (t *tenv) recordSignals(msgs []sigMsg, step int) ([]engine.Event, error) {
+	first := t.seq + 1
+	for _, m := range msgs {
+		t.seq++
+		t.pending = append(t.pending, newEvent{Type: "signal", Step: step, Payload: engine.SignalEventPayload(m.Kind, m.Payload)})
+		t.consume = append(t.consume, m.ID)
+	}
+	if err := t.flush(time.Time{}); err != nil {
+		return nil, err
+	}
+	out := make([]engine.Event, len(msgs))
+	for i, m := range msgs {
+		out[i] = engine.Event{Seq: first + int64(i), Type: "signal", Step: step, At: t.now, Payload: engine.SignalEventPayload(m.Kind, m.Payload)}
+	}
+	return out, nil
+}
+
+func (t *tenv) Signals(_ context.Context, step int) ([]engine.Event, error) {
+	msgs := t.drain()
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	return t.recordSignals(msgs, step)
+}
+
+func (t *tenv) Await(_ context.Context, step int, deadline time.Time) ([]engine.Event, error) {
+	if msgs := t.drain(); len(msgs) > 0 {
+		return t.recordSignals(msgs, step)
+	}
+	// The run's row says it waits, and until when, before it blocks.
+	wake := deadline
+	t.status, t.wakeAt = store.StatusWaiting, &wake
+	if err := t.flush(time.Time{}); err != nil {
+		return nil, err
+	}
+	tctx, cancelTimer := workflow.WithCancel(t.ctx)
+	defer cancelTimer()
+	var got []sigMsg
+	fired := false
+	sel := workflow.NewSelector(t.ctx)
+	sel.AddReceive(t.sigs, func(c workflow.ReceiveChannel, _ bool) {
+		var m sigMsg
+		c.Receive(t.ctx, &m)
+		got = append(got, m)
+	})
+	sel.AddReceive(t.wakes, func(c workflow.ReceiveChannel, _ bool) {
+		var w wakeMsg
+		c.Receive(t.ctx, &w)
+		if !deadline.IsZero() && !w.Now.Before(deadline) {
+			fired = true
+		}
+	})
+	if !deadline.IsZero() {
+		// The deadline is on the engine's clock, as the log's times are:
+		// the timer runs from the newest event's time.
+		if d := deadline.Sub(t.now); d > 0 {
+			sel.AddFuture(workflow.NewTimer(tctx, d), func(f workflow.Future) {
+				if f.Get(t.ctx, nil) == nil {
+					fired = true
+				}
+			})
+		} else {
+			fired = true
+		}
+	}
+	for len(got) == 0 && !fired {
+		sel.Select(t.ctx)
+	}
+	var noWake time.Time
+	t.status, t.wakeAt = store.StatusRunning, &noWake
+	if len(got) > 0 {
+		return t.recordSignals(append(got, t.drain()...), step)
+	}
+	// The timer fired: it is recorded like any other input, no earlier
+	// than the deadline.
+	t.seq++
+	payload := engine.TimerEventPayload(deadline)
+	t.pending = append(t.pending, newEvent{Type: "signal", Step: step, Payload: payload})
+	if err := t.flush(deadline); err != nil {
+		return nil, err
+	}
+	return []engine.Event{{Seq: t.seq, Type: "signal", Step: step, At: t.now, Payload: payload}}, nil
+}
+
+// Reads of immutable content, addressed by hash or by a run that ended,
+// are made from the workflow itself: they return the same bytes on every
+// replay, so they need no place in the history.
+
+func (t *tenv) Blob(ctx context.Context, sum [32]byte) ([]byte, error) {
+	return t.e.o.Store.Blobs(t.info.Tenant).GetBlob(ctx, sum)
+}
+
+func (t *tenv) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
+	return t.e.o.Store.Blobs(t.info.Tenant).BlobSize(ctx, sum)
+}
+
+func (t *tenv) Manifest(ctx context.Context, sum [32]byte) ([]byte, error) {
+	return engine.ReadManifest(ctx, t.e.o.Store, sum)
+}
+
+func (t *tenv) RunLog(ctx context.Context, runID string) ([]engine.Event, error) {
+	return engine.ReadRunLog(ctx, t.e.o.Store, runID)
+}
