@@ -44,6 +44,9 @@ type Options struct {
 	// Poll is how often Work reconciles runs, wakes due ones and, with
 	// UntilIdle, looks whether it is done (default 200ms).
 	Poll time.Duration
+	// ContinueAsNew says when a long run continues as new at a step
+	// boundary (zero: DefaultContinueAsNewPolicy).
+	ContinueAsNew ContinueAsNewPolicy
 	// Worker tunes the Temporal worker Work runs; the engine sets the
 	// background activity context, the slot counts and the panic policy.
 	Worker worker.Options
@@ -74,6 +77,7 @@ func DefaultPolicy(r engine.RetryPolicy) ActivityPolicy {
 type Engine struct {
 	o    Options
 	host *host
+	can  ContinueAsNewPolicy
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -100,7 +104,14 @@ func New(o Options) (*Engine, error) {
 	if o.Logger == nil {
 		o.Logger = discardLogger
 	}
-	e := &Engine{o: o, host: &host{st: o.Store, acts: o.Activities, clock: o.Clock}}
+	can := o.ContinueAsNew
+	if can == (ContinueAsNewPolicy{}) {
+		can = DefaultContinueAsNewPolicy()
+	}
+	if err := can.Validate(); err != nil {
+		return nil, fmt.Errorf("temporal engine: %w", err)
+	}
+	e := &Engine{o: o, host: &host{st: o.Store, acts: o.Activities, clock: o.Clock}, can: can}
 	for _, n := range append(o.Activities.Names(), ActivityAppend) {
 		if _, err := e.policy(n).Options(""); err != nil {
 			return nil, fmt.Errorf("temporal engine: activity %s: %w", n, err)

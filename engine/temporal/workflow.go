@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/trace"
 )
 
 // Names of the workflow and of its signals on Temporal.
@@ -27,10 +28,27 @@ const (
 	WakeName = "agentplane.wake"
 )
 
-// runInput is the workflow's input: the run as created.
+// runInput is the workflow's input: the run as created and, in a run
+// continued as new, where agentplane's log stood.
 type runInput struct {
-	Run engine.RunInfo `json:"run"`
+	Run    engine.RunInfo `json:"run"`
+	Resume *resume        `json:"resume,omitempty"`
 }
+
+// resume is the compact state a run continued as new carries: the
+// sequence number and hash of the newest event of agentplane's log. The
+// new run re-runs the loop over the log up to there, as the embedded
+// engine resumes a run, and goes live after it.
+type resume struct {
+	Seq  int64  `json:"seq"`
+	Head string `json:"head"`
+}
+
+// continueAsNew unwinds the loop at a step boundary when the history has
+// grown to the engine's ContinueAsNewPolicy.
+type continueAsNew struct{}
+
+func (*continueAsNew) Error() string { return "the run continues as new" }
 
 // sigMsg is a signal as the workflow receives it: the stored signal's id
 // (consumed by the append that records it), its kind and payload.
@@ -53,7 +71,17 @@ func (e *Engine) run(ctx workflow.Context, in runInput) (engine.Outcome, error) 
 		sigs:  workflow.GetSignalChannel(ctx, SignalName),
 		wakes: workflow.GetSignalChannel(ctx, WakeName),
 	}
+	if in.Resume != nil {
+		if err := en.resume(*in.Resume); err != nil {
+			return engine.Outcome{}, err
+		}
+	}
 	out, err := e.o.Workflow(context.Background(), en)
+	var cn *continueAsNew
+	if errors.As(err, &cn) {
+		return engine.Outcome{}, workflow.NewContinueAsNewError(ctx, WorkflowName,
+			runInput{Run: in.Run, Resume: &resume{Seq: en.appended, Head: hex.EncodeToString(en.head[:])}})
+	}
 	if err != nil {
 		out = engine.Outcome{Status: store.StatusFailed, Result: "platform error: " + err.Error()}
 	}
@@ -90,6 +118,65 @@ type tenv struct {
 	counters *engine.Counters
 	sigs     workflow.ReceiveChannel
 	wakes    workflow.ReceiveChannel
+	// recorded is the log a run continued as new re-runs the loop over;
+	// cursor is the next event to consume. Past it, the workflow is live.
+	recorded []engine.Event
+	cursor   int
+}
+
+// resume reads agentplane's log up to r (immutable: the log is append-only
+// and the chain's head is checked against r) for the loop to re-run over.
+// It is read from the workflow itself: every replay reads the same bytes,
+// and the history holds none of them.
+func (t *tenv) resume(r resume) error {
+	ctx := context.Background()
+	evs, err := t.e.o.Store.Events(ctx, t.info.ID, 0, int(r.Seq))
+	if err != nil {
+		return fmt.Errorf("resume run %s: read its log: %w", t.info.ID, err)
+	}
+	if int64(len(evs)) != r.Seq || r.Seq == 0 || hex.EncodeToString(evs[len(evs)-1].Hash[:]) != r.Head {
+		return fmt.Errorf("resume run %s: its log does not end at seq %d with the carried head", t.info.ID, r.Seq)
+	}
+	if err := trace.CheckLog(ctx, t.e.o.Store.Blobs(t.info.Tenant), evs); err != nil {
+		return fmt.Errorf("resume run %s: %w", t.info.ID, err)
+	}
+	t.recorded = make([]engine.Event, len(evs))
+	for i, ev := range evs {
+		t.recorded[i] = engine.Event{Seq: ev.Seq, Type: ev.Type, Step: ev.Step, At: ev.At, Payload: ev.Payload}
+	}
+	t.seq, t.appended, t.status = r.Seq, r.Seq, ""
+	t.head, err = decodeHash(r.Head)
+	return err
+}
+
+// replayed returns the recorded event at the cursor if it is typ at step;
+// ok is false past the end of the recorded log.
+func (t *tenv) replayed(typ string, step int) (engine.Event, bool, error) {
+	if t.cursor >= len(t.recorded) {
+		return engine.Event{}, false, nil
+	}
+	ev := t.recorded[t.cursor]
+	if ev.Type != typ || ev.Step != step {
+		return engine.Event{}, false, fmt.Errorf("%w: run %s seq %d recorded %s (step %d), code asked for %s (step %d)",
+			engine.ErrNondeterminism, t.info.ID, ev.Seq, ev.Type, ev.Step, typ, step)
+	}
+	t.cursor++
+	t.now = ev.At
+	return ev, true, nil
+}
+
+// replayedSignals consumes the signal events at the cursor; live is false
+// while the recorded log is not all consumed.
+func (t *tenv) replayedSignals() (evs []engine.Event, live bool) {
+	if t.cursor >= len(t.recorded) {
+		return nil, true
+	}
+	for t.cursor < len(t.recorded) && t.recorded[t.cursor].Type == "signal" {
+		evs = append(evs, t.recorded[t.cursor])
+		t.now = t.recorded[t.cursor].At
+		t.cursor++
+	}
+	return evs, false
 }
 
 var _ engine.Env = (*tenv)(nil)
@@ -99,6 +186,9 @@ func (t *tenv) Now() time.Time           { return t.now }
 func (t *tenv) Report(c engine.Counters) { t.counters = &c }
 
 func (t *tenv) Record(_ context.Context, typ string, step int, d engine.Durability, payload any) (engine.Event, error) {
+	if ev, ok, err := t.replayed(typ, step); ok || err != nil {
+		return ev, err
+	}
 	b, err := engine.EncodePayload(payload)
 	if err != nil {
 		return engine.Event{}, fmt.Errorf("record %s: %w", typ, err)
@@ -119,6 +209,9 @@ func (t *tenv) Record(_ context.Context, typ string, step int, d engine.Durabili
 }
 
 func (t *tenv) Execute(_ context.Context, c engine.Call) (engine.Event, error) {
+	if ev, ok, err := t.replayed(c.Event, c.Step); ok || err != nil {
+		return ev, err
+	}
 	if _, ok := t.e.o.Activities.Lookup(c.Activity); !ok {
 		return engine.Event{}, fmt.Errorf("activity %q is not registered with the engine", c.Activity)
 	}
@@ -273,15 +366,30 @@ func (t *tenv) recordSignals(msgs []sigMsg, step int) ([]engine.Event, error) {
 	return out, nil
 }
 
+// Signals is the loop's step boundary: besides taking the signals that
+// arrived, it is where a run whose history has grown to the engine's
+// ContinueAsNewPolicy continues as new.
 func (t *tenv) Signals(_ context.Context, step int) ([]engine.Event, error) {
-	msgs := t.drain()
-	if len(msgs) == 0 {
-		return nil, nil
+	if evs, live := t.replayedSignals(); !live {
+		return evs, nil
 	}
-	return t.recordSignals(msgs, step)
+	msgs := t.drain()
+	if len(msgs) > 0 {
+		return t.recordSignals(msgs, step)
+	}
+	if t.e.can.Due(t.ctx) {
+		if err := t.flush(time.Time{}); err != nil {
+			return nil, err
+		}
+		return nil, &continueAsNew{}
+	}
+	return nil, nil
 }
 
 func (t *tenv) Await(_ context.Context, step int, deadline time.Time) ([]engine.Event, error) {
+	if evs, live := t.replayedSignals(); !live {
+		return evs, nil
+	}
 	if msgs := t.drain(); len(msgs) > 0 {
 		return t.recordSignals(msgs, step)
 	}
