@@ -74,7 +74,7 @@ func TestConformance(t *testing.T) {
 		mu.Unlock()
 		cl := srv.Client(t, client.Options{Namespace: ns})
 		e, err := New(Options{Client: cl, TaskQueue: "agentplane", Store: c.Store, Workflow: c.Workflow, Activities: c.Activities,
-			Retry: c.Retry, Clock: c.Clock, Poll: 50 * time.Millisecond,
+			Retry: c.Retry, Clock: c.Clock, Poll: 50 * time.Millisecond, Reconcile: time.Second,
 			Policy: func(string) ActivityPolicy {
 				// A crashed worker's attempt is retried once its
 				// heartbeats stop for 2 s.

@@ -41,9 +41,12 @@ type Options struct {
 	// passed on it, beside the Temporal timer: with a fake clock, time
 	// passes for the runs when the clock says so.
 	Clock func() time.Time
-	// Poll is how often Work reconciles runs, wakes due ones and, with
-	// UntilIdle, looks whether it is done (default 200ms).
+	// Poll is how often Work wakes due runs and, with UntilIdle, looks
+	// whether it is done (default 200ms).
 	Poll time.Duration
+	// Reconcile is how often Work looks on the server for runs whose
+	// workflow closed without recording their end (default 5s).
+	Reconcile time.Duration
 	// ContinueAsNew says when a long run continues as new at a step
 	// boundary (zero: DefaultContinueAsNewPolicy).
 	ContinueAsNew ContinueAsNewPolicy
@@ -100,6 +103,9 @@ func New(o Options) (*Engine, error) {
 	}
 	if o.Poll <= 0 {
 		o.Poll = 200 * time.Millisecond
+	}
+	if o.Reconcile <= 0 {
+		o.Reconcile = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = discardLogger
@@ -275,13 +281,18 @@ func (e *Engine) serve(ctx context.Context, n int, done func(context.Context) (b
 	}
 	tick := time.NewTicker(e.o.Poll)
 	defer tick.Stop()
+	reconciled := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
 		}
-		if err := e.tend(ctx); err != nil {
+		reconcile := time.Since(reconciled) >= e.o.Reconcile
+		if reconcile {
+			reconciled = time.Now()
+		}
+		if err := e.tend(ctx, reconcile); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -317,10 +328,10 @@ func (e *Engine) active(ctx context.Context) ([]*store.Run, error) {
 }
 
 // tend wakes the waiting runs whose deadline passed on the engine's clock
-// and marks failed the runs whose workflow closed without recording their
-// end (a history the code no longer replays, a termination by an
-// operator).
-func (e *Engine) tend(ctx context.Context) error {
+// and, with reconcile, marks failed the runs whose workflow closed without
+// recording their end (a history the code no longer replays, a termination
+// by an operator).
+func (e *Engine) tend(ctx context.Context, reconcile bool) error {
 	runs, err := e.active(ctx)
 	if err != nil {
 		return err
@@ -333,6 +344,9 @@ func (e *Engine) tend(ctx context.Context) error {
 			if err != nil && !errors.As(err, &nf) {
 				return fmt.Errorf("wake run %s: %w", r.ID, err)
 			}
+		}
+		if !reconcile {
+			continue
 		}
 		if err := e.reconcile(ctx, r); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package temporal
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -41,6 +42,9 @@ type appendIn struct {
 	Floor   time.Time        `json:"floor,omitzero"`
 	Update  *store.RunUpdate `json:"update,omitempty"`
 	Consume []int64          `json:"consume,omitempty"`
+	// ConsumeAt[i] is the index in Events of the event recording the
+	// signal Consume[i].
+	ConsumeAt []int `json:"consume_at,omitempty"`
 }
 
 // appended is what an append recorded: each event's time, the new head of
@@ -168,11 +172,44 @@ func (h *host) recorded(ctx context.Context, in appendIn) (appended, bool, error
 	return out, true, nil
 }
 
+// checkSignals refuses to record a signal that is not, byte for byte, the
+// pending signal agentplane stored under its id: a Temporal signal sent
+// around agentplane (by anyone who may signal workflows in the namespace)
+// names no stored signal, or another one, and fails the append rather than
+// entering the log.
+func (h *host) checkSignals(ctx context.Context, in appendIn) error {
+	if len(in.Consume) == 0 {
+		return nil
+	}
+	if len(in.ConsumeAt) != len(in.Consume) {
+		return NonRetryableError(fmt.Errorf("run %s: %d signals consumed, %d recorded", in.RunID, len(in.Consume), len(in.ConsumeAt)))
+	}
+	pending, err := h.st.PendingSignals(ctx, in.RunID)
+	if err != nil {
+		return storeError(err)
+	}
+	byID := make(map[int64]*store.Signal, len(pending))
+	for _, sg := range pending {
+		byID[sg.ID] = sg
+	}
+	for i, id := range in.Consume {
+		sg, at := byID[id], in.ConsumeAt[i]
+		if sg == nil || at < 0 || at >= len(in.Events) || in.Events[at].Type != "signal" ||
+			!bytes.Equal(in.Events[at].Payload, engine.SignalEventPayload(sg.Kind, sg.Payload)) {
+			return NonRetryableError(fmt.Errorf("run %s: a signal the workflow received (id %d) is not a pending signal agentplane stored: refused", in.RunID, id))
+		}
+	}
+	return nil
+}
+
 // commit appends the events of in durably, stamping those without a time.
 func (h *host) commit(ctx context.Context, in appendIn) (appended, error) {
 	prev, err := decodeHash(in.PrevHash)
 	if err != nil {
 		return appended{}, NonRetryableError(err)
+	}
+	if err := h.checkSignals(ctx, in); err != nil {
+		return appended{}, err
 	}
 	now := h.clock().UTC().Truncate(time.Microsecond)
 	floor := in.Floor

@@ -87,7 +87,14 @@ func (e *Engine) run(ctx workflow.Context, in runInput) (engine.Outcome, error) 
 	}
 	var noWake time.Time
 	en.update = &store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake}
-	if ferr := en.flush(time.Time{}); ferr != nil {
+	ferr := en.flush(time.Time{})
+	if ferr != nil && err != nil {
+		// What was pending may be why the run failed (a refused signal):
+		// the row still says how the run ended.
+		en.pending, en.consume, en.consumeAt, en.seq = nil, nil, nil, en.appended
+		ferr = en.flush(time.Time{})
+	}
+	if ferr != nil {
 		// The run's row could not say how it ended: the workflow fails,
 		// and the engine's reconciliation marks the row.
 		return out, fmt.Errorf("record the end of run %s: %w", in.Run.ID, errors.Join(err, ferr))
@@ -112,12 +119,14 @@ type tenv struct {
 	now      time.Time
 	pending  []newEvent
 	consume  []int64
-	status   string
-	wakeAt   *time.Time
-	update   *store.RunUpdate
-	counters *engine.Counters
-	sigs     workflow.ReceiveChannel
-	wakes    workflow.ReceiveChannel
+	// consumeAt[i] is the index in pending of the event recording consume[i].
+	consumeAt []int
+	status    string
+	wakeAt    *time.Time
+	update    *store.RunUpdate
+	counters  *engine.Counters
+	sigs      workflow.ReceiveChannel
+	wakes     workflow.ReceiveChannel
 	// recorded is the log a run continued as new re-runs the loop over;
 	// cursor is the next event to consume. Past it, the workflow is live.
 	recorded []engine.Event
@@ -245,7 +254,7 @@ func classify(err error) error {
 // append after the newest appended event.
 func (t *tenv) appendIn(floor time.Time) appendIn {
 	in := appendIn{RunID: t.info.ID, Tenant: t.info.Tenant, PrevSeq: t.appended, PrevHash: hex.EncodeToString(t.head[:]),
-		Events: t.pending, Floor: floor, Consume: t.consume, Update: t.update}
+		Events: t.pending, Floor: floor, Consume: t.consume, ConsumeAt: t.consumeAt, Update: t.update}
 	if in.Update == nil && (t.status != "" || t.wakeAt != nil || t.counters != nil) {
 		in.Update = &store.RunUpdate{}
 	}
@@ -278,7 +287,7 @@ func (t *tenv) appendedOK(in appendIn, out appended) error {
 	if n := len(out.At); n > 0 {
 		t.now = out.At[n-1]
 	}
-	t.pending, t.consume, t.status, t.wakeAt, t.update, t.counters = nil, nil, "", nil, nil, nil
+	t.pending, t.consume, t.consumeAt, t.status, t.wakeAt, t.update, t.counters = nil, nil, nil, "", nil, nil, nil
 	return nil
 }
 
@@ -353,6 +362,7 @@ func (t *tenv) recordSignals(msgs []sigMsg, step int) ([]engine.Event, error) {
 	first := t.seq + 1
 	for _, m := range msgs {
 		t.seq++
+		t.consumeAt = append(t.consumeAt, len(t.pending))
 		t.pending = append(t.pending, newEvent{Type: "signal", Step: step, Payload: engine.SignalEventPayload(m.Kind, m.Payload)})
 		t.consume = append(t.consume, m.ID)
 	}
