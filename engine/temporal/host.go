@@ -139,6 +139,17 @@ func attempt(ctx context.Context, fn func(context.Context) (appended, error)) (a
 // earlier attempt appended them and died before the server heard of it),
 // returning what was recorded.
 func (h *host) recorded(ctx context.Context, in appendIn) (appended, bool, error) {
+	if activity.IsActivity(ctx) && activity.GetInfo(ctx).Attempt <= 1 {
+		// No earlier attempt: nothing of this activity can be in the log
+		// (an append that finds it there anyway conflicts, and commit
+		// looks then).
+		return appended{}, false, nil
+	}
+	return h.lookup(ctx, in)
+}
+
+// lookup is recorded without the first attempt's shortcut.
+func (h *host) lookup(ctx context.Context, in appendIn) (appended, bool, error) {
 	run, err := h.st.GetRun(ctx, in.RunID)
 	if err != nil {
 		return appended{}, false, storeError(err)
@@ -234,7 +245,7 @@ func (h *host) commit(ctx context.Context, in appendIn) (appended, error) {
 	err = h.st.Append(ctx, store.AppendRequest{RunID: in.RunID, Events: evs, Durable: true, Update: in.Update, ConsumeSignals: in.Consume})
 	if errors.Is(err, store.ErrConflict) {
 		// A concurrent attempt of the same activity may have won.
-		if got, done, rerr := h.recorded(ctx, in); done || rerr != nil {
+		if got, done, rerr := h.lookup(ctx, in); done || rerr != nil {
 			return got, rerr
 		}
 	}
