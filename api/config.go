@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/agentplane/agentplane/engine/temporal"
 )
 
 // Config is the operator's configuration of the API: tenants' quotas and
@@ -42,6 +44,11 @@ type Config struct {
 	// here), or empty for the embedded SQLite store in the data directory.
 	// The --store flag overrides it.
 	Store string `yaml:"store" json:"store"`
+	// Engine is the engine that executes the runs, the same for every
+	// process of the deployment: temporal://HOST:PORT?namespace=N&task_queue=Q
+	// for a Temporal server, or empty for the embedded engine on the run
+	// store. The --engine flag overrides it.
+	Engine string `yaml:"engine" json:"engine"`
 }
 
 // TenantConfig holds one tenant's limits.
@@ -124,6 +131,11 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 
 func (c *Config) validate() error {
 	var errs []error
+	if c.Engine != "" {
+		if _, err := temporal.ParseURL(c.Engine); err != nil {
+			errs = append(errs, fmt.Errorf("engine: %w (or leave it out for the embedded engine)", err))
+		}
+	}
 	for name, t := range c.Tenants {
 		if name == "" {
 			errs = append(errs, errors.New("tenants: empty tenant name"))

@@ -79,13 +79,23 @@ func (e *Embedded) Owner() string { return e.w.Owner() }
 
 // Start implements Engine.
 func (e *Embedded) Start(ctx context.Context, r StartRequest) (Started, error) {
+	return CreateRun(ctx, e.o.Store, r)
+}
+
+// CreateRun is the store's side of Engine.Start on every engine: it checks r,
+// checks the pinned definition against the stored version, and creates the
+// run's row as queued (with a replay's instructions stored first). It is
+// idempotent on r.RunID like Start: an existing run of the same request
+// gives Started{Created: false}, of another an error wrapping
+// ErrStartConflict.
+func CreateRun(ctx context.Context, st store.Store, r StartRequest) (Started, error) {
 	if err := checkStart(r); err != nil {
 		return Started{}, err
 	}
-	if st, done, err := e.started(ctx, r); done || err != nil {
+	if st, done, err := started(ctx, st, r); done || err != nil {
 		return st, err
 	}
-	v, err := e.o.Store.GetAgentVersion(ctx, r.Agent, r.AgentVersion)
+	v, err := st.GetAgentVersion(ctx, r.Agent, r.AgentVersion)
 	if err != nil {
 		return Started{}, fmt.Errorf("start run %s: agent %s@%d: %w", r.RunID, r.Agent, r.AgentVersion, err)
 	}
@@ -101,15 +111,15 @@ func (e *Embedded) Start(ctx context.Context, r StartRequest) (Started, error) {
 		}
 		// The instructions go first, so the run is never claimable
 		// without them.
-		if err := e.o.Store.SendSignal(ctx, &store.Signal{RunID: r.RunID, Kind: SignalReplay, Payload: spec}); err != nil {
+		if err := st.SendSignal(ctx, &store.Signal{RunID: r.RunID, Kind: SignalReplay, Payload: spec}); err != nil {
 			return Started{}, fmt.Errorf("start replay %s: %w", r.RunID, err)
 		}
 		run.ParentRunID = r.Replay.Info.Of
 	}
-	err = e.o.Store.CreateRun(ctx, run)
+	err = st.CreateRun(ctx, run)
 	if errors.Is(err, store.ErrConflict) {
 		// Another Start of the same id won the race.
-		if st, done, err := e.started(ctx, r); done || err != nil {
+		if st, done, err := started(ctx, st, r); done || err != nil {
 			return st, err
 		}
 	}
@@ -137,8 +147,8 @@ func checkStart(r StartRequest) error {
 
 // started reports whether r's run exists already (done), and whether it
 // was created by the same request.
-func (e *Embedded) started(ctx context.Context, r StartRequest) (Started, bool, error) {
-	run, err := e.o.Store.GetRun(ctx, r.RunID)
+func started(ctx context.Context, st store.Store, r StartRequest) (Started, bool, error) {
+	run, err := st.GetRun(ctx, r.RunID)
 	if errors.Is(err, store.ErrNotFound) {
 		return Started{}, false, nil
 	}
@@ -160,36 +170,56 @@ func (e *Embedded) started(ctx context.Context, r StartRequest) (Started, bool, 
 // Signal implements Engine. Only the kinds a caller may send are taken:
 // timers and replay instructions are the engine's own.
 func (e *Embedded) Signal(ctx context.Context, runID string, s Signal) error {
-	if s.Kind != trace.SignalApproval && s.Kind != trace.SignalMessage {
-		return fmt.Errorf("signal run %s: kind %q cannot be sent (approval or message; cancel with Cancel)", runID, s.Kind)
-	}
-	if !json.Valid(s.Payload) {
-		return fmt.Errorf("signal run %s: the payload is not JSON", runID)
-	}
-	return e.send(ctx, runID, s.Kind, s.Payload, s.Key)
+	_, err := StoreSignal(ctx, e.o.Store, runID, s, e.now())
+	return err
 }
 
 // Cancel implements Engine.
 func (e *Embedded) Cancel(ctx context.Context, runID string, c Cancel) error {
+	_, err := StoreCancel(ctx, e.o.Store, runID, c, e.now())
+	return err
+}
+
+// StoreCancel is the store's side of Engine.Cancel on every engine: the
+// cancel is stored as the run's pending signal of kind trace.SignalCancel,
+// its payload who asked and why.
+func StoreCancel(ctx context.Context, st store.SignalStore, runID string, c Cancel, at time.Time) (*store.Signal, error) {
 	payload, err := json.Marshal(struct {
 		By     string `json:"by,omitempty"`
 		Reason string `json:"reason,omitempty"`
 	}{c.By, c.Reason})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return e.send(ctx, runID, trace.SignalCancel, payload, "")
+	return storeSignal(ctx, st, runID, Signal{Kind: trace.SignalCancel, Payload: payload}, at)
 }
 
-func (e *Embedded) send(ctx context.Context, runID, kind string, payload []byte, key string) error {
-	err := e.o.Store.SendSignal(ctx, &store.Signal{RunID: runID, Kind: kind, Payload: payload, Key: key, CreatedAt: e.now()})
-	if key != "" && errors.Is(err, store.ErrConflict) {
-		return fmt.Errorf("signal run %s: %w (%s)", runID, ErrDuplicateSignal, key)
+// StoreSignal is the store's side of Engine.Signal on every engine: it
+// checks s (an approval or a message with a JSON payload; timers and replay
+// instructions are the engine's own) and stores it as the run's pending
+// signal, refusing a Key the run already received with ErrDuplicateSignal.
+// It returns the stored signal (its ID is what the recording append
+// consumes).
+func StoreSignal(ctx context.Context, st store.SignalStore, runID string, s Signal, at time.Time) (*store.Signal, error) {
+	if s.Kind != trace.SignalApproval && s.Kind != trace.SignalMessage {
+		return nil, fmt.Errorf("signal run %s: kind %q cannot be sent (approval or message; cancel with Cancel)", runID, s.Kind)
+	}
+	return storeSignal(ctx, st, runID, s, at)
+}
+
+func storeSignal(ctx context.Context, st store.SignalStore, runID string, s Signal, at time.Time) (*store.Signal, error) {
+	if !json.Valid(s.Payload) {
+		return nil, fmt.Errorf("signal run %s: the payload is not JSON", runID)
+	}
+	sg := &store.Signal{RunID: runID, Kind: s.Kind, Payload: s.Payload, Key: s.Key, CreatedAt: at}
+	err := st.SendSignal(ctx, sg)
+	if s.Key != "" && errors.Is(err, store.ErrConflict) {
+		return nil, fmt.Errorf("signal run %s: %w (%s)", runID, ErrDuplicateSignal, s.Key)
 	}
 	if err != nil {
-		return fmt.Errorf("signal run %s: %w", runID, err)
+		return nil, fmt.Errorf("signal run %s: %w", runID, err)
 	}
-	return nil
+	return sg, nil
 }
 
 func (e *Embedded) now() time.Time {

@@ -168,7 +168,8 @@ type env struct {
 	consumed map[int64]bool
 }
 
-func runInfo(r *store.Run) RunInfo {
+// RunInfoOf is what the workflow sees of the stored run r.
+func RunInfoOf(r *store.Run) RunInfo {
 	return RunInfo{ID: r.ID, Tenant: r.Tenant, User: r.User, Agent: r.Agent, AgentVersion: r.AgentVersion, Task: r.Task,
 		ParentRunID: r.ParentRunID, Bindings: r.Bindings, CreatedAt: r.CreatedAt}
 }
@@ -193,15 +194,26 @@ func (e *env) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
 }
 
 func (e *env) Manifest(ctx context.Context, sum [32]byte) ([]byte, error) {
-	rec, err := e.s.GetToolByHash(ctx, sum)
+	return ReadManifest(ctx, e.s, sum)
+}
+
+func (e *env) RunLog(ctx context.Context, runID string) ([]Event, error) {
+	return ReadRunLog(ctx, e.s, runID)
+}
+
+// ReadManifest is Env.Manifest on a store, for every engine.
+func ReadManifest(ctx context.Context, s store.ToolStore, sum [32]byte) ([]byte, error) {
+	rec, err := s.GetToolByHash(ctx, sum)
 	if err != nil {
 		return nil, err
 	}
 	return rec.Manifest, nil
 }
 
-func (e *env) RunLog(ctx context.Context, runID string) ([]Event, error) {
-	r, err := e.s.GetRun(ctx, runID)
+// ReadRunLog is Env.RunLog on a store, for every engine: the log of a run
+// that has ended (a log that may still grow is not immutable content).
+func ReadRunLog(ctx context.Context, s store.Store, runID string) ([]Event, error) {
+	r, err := s.GetRun(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +221,7 @@ func (e *env) RunLog(ctx context.Context, runID string) ([]Event, error) {
 		// A log that may still grow is not immutable content.
 		return nil, fmt.Errorf("run %s has not ended (%s): its log may still change", runID, r.Status)
 	}
-	evs, err := e.s.Events(ctx, runID, 0, 0)
+	evs, err := s.Events(ctx, runID, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -243,24 +255,28 @@ func (e *env) Record(ctx context.Context, typ string, step int, d Durability, pa
 	if e.verify {
 		return Event{}, fmt.Errorf("%w: %s at step %d", ErrWouldGoLive, typ, step)
 	}
-	var b []byte
-	var err error
-	switch p := payload.(type) {
-	case []byte:
-		b = p
-	case json.RawMessage:
-		b = p
-	case json.Marshaler:
-		// A payload built only when appended (a replayed record costs
-		// nothing); its encoder is trusted to write valid JSON.
-		b, err = p.MarshalJSON()
-	default:
-		b, err = json.Marshal(payload)
-	}
+	b, err := EncodePayload(payload)
 	if err != nil {
 		return Event{}, fmt.Errorf("record %s: %w", typ, err)
 	}
 	return e.appendOne(ctx, typ, step, d, b)
+}
+
+// EncodePayload turns a Record payload into the event's JSON bytes: JSON
+// bytes as they are, a json.Marshaler by its encoder (a payload built only
+// when appended, so a replayed record costs nothing; its encoder is trusted
+// to write valid JSON), any other value marshalled.
+func EncodePayload(payload any) ([]byte, error) {
+	switch p := payload.(type) {
+	case []byte:
+		return p, nil
+	case json.RawMessage:
+		return p, nil
+	case json.Marshaler:
+		return p.MarshalJSON()
+	default:
+		return json.Marshal(payload)
+	}
 }
 
 func (e *env) Execute(ctx context.Context, c Call) (Event, error) {
@@ -379,11 +395,7 @@ func (e *env) Await(ctx context.Context, step int, deadline time.Time) ([]Event,
 	if !deadline.IsZero() && !e.clock().Before(deadline) {
 		// The timer fired: it is recorded like any other input, so a
 		// re-run sees time pass through its log.
-		payload, _ := json.Marshal(struct {
-			Kind    string            `json:"kind"`
-			Payload map[string]string `json:"payload"`
-		}{SignalTimer, map[string]string{"due": deadline.UTC().Format(time.RFC3339Nano)}})
-		evs, err := e.append(ctx, []pendingEvent{{typ: "signal", step: step, payload: payload}}, Buffered, nil)
+		evs, err := e.append(ctx, []pendingEvent{{typ: "signal", step: step, payload: TimerEventPayload(deadline)}}, Buffered, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -257,7 +257,7 @@ func (e *Worker) newEnv(ctx context.Context, run *store.Run, verify bool) (*env,
 	if err := trace.CheckLog(ctx, e.o.Store.Blobs(run.Tenant), evs); err != nil {
 		return nil, err
 	}
-	en := &env{s: e.o.Store, acts: e.o.Activities, retry: e.o.Retry, run: run, info: runInfo(run), epoch: run.LeaseEpoch,
+	en := &env{s: e.o.Store, acts: e.o.Activities, retry: e.o.Retry, run: run, info: RunInfoOf(run), epoch: run.LeaseEpoch,
 		recorded: evs, clock: e.o.Clock, verify: verify}
 	if n := len(evs); n > 0 {
 		en.seq, en.head = evs[n-1].Seq, evs[n-1].Hash
@@ -297,10 +297,24 @@ func (e *Worker) Verify(ctx context.Context, runID string) (Outcome, int, error)
 	return out, en.cursor, nil
 }
 
-func signalPayload(sg *store.Signal) []byte {
+func signalPayload(sg *store.Signal) []byte { return SignalEventPayload(sg.Kind, sg.Payload) }
+
+// SignalEventPayload is the payload of the signal event that records a
+// signal of kind with payload (JSON, or none), on every engine.
+func SignalEventPayload(kind string, payload []byte) []byte {
 	b, _ := json.Marshal(struct {
 		Kind    string          `json:"kind"`
 		Payload json.RawMessage `json:"payload,omitempty"`
-	}{sg.Kind, json.RawMessage(sg.Payload)})
+	}{kind, json.RawMessage(payload)})
+	return b
+}
+
+// TimerEventPayload is the payload of the signal event that records a
+// wait's deadline passing (kind SignalTimer), on every engine.
+func TimerEventPayload(due time.Time) []byte {
+	b, _ := json.Marshal(struct {
+		Kind    string            `json:"kind"`
+		Payload map[string]string `json:"payload"`
+	}{SignalTimer, map[string]string{"due": due.UTC().Format(time.RFC3339Nano)}})
 	return b
 }

@@ -6,7 +6,12 @@
 #       agent loop will pay per activity); p50-ms and p99-ms per activity;
 #   BenchmarkTemporalWorkflow/activities=N  a whole workflow of N sequential
 #       no-op activities, start to result; p50-ms and p99-ms per workflow,
-#       act-ms the mean per activity.
+#       act-ms the mean per activity;
+#   BenchmarkTemporalEngineStep  in one run, the raw round trip (mean of a
+#       chain of N no-op activities) beside a step of the Temporal engine (N
+#       steps of a loop on the seam, each a step boundary and one activity
+#       whose result is appended to agentplane's log): raw-ms/activity,
+#       engine-ms/step and their ratio step/raw.
 # Prints a benchstat table (benchstat is built from the Go module proxy into
 # the tools cache, like the other tools).
 #
@@ -33,7 +38,9 @@ go test -count="$count" -run '^$' -timeout 60m \
   -bench '^BenchmarkTemporalActivityRoundTrip$' -benchtime "${ACTIVITIES:-300}x" ./engine/temporal/ >"$tmp/roundtrip.txt"
 go test -count="$count" -run '^$' -timeout 60m \
   -bench '^BenchmarkTemporalWorkflow$' -benchtime "${WORKFLOWS:-20}x" ./engine/temporal/ >"$tmp/workflow.txt"
-cat "$tmp/roundtrip.txt" "$tmp/workflow.txt" >"$tmp/temporal.txt"
+go test -count="$count" -run '^$' -timeout 60m \
+  -bench '^BenchmarkTemporalEngineStep$' -benchtime "${STEPS:-200}x" ./engine/temporal/ >"$tmp/engine.txt"
+cat "$tmp/roundtrip.txt" "$tmp/workflow.txt" "$tmp/engine.txt" >"$tmp/temporal.txt"
 "$TOOLS/bin/benchstat" "$tmp/temporal.txt"
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores"

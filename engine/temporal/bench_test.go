@@ -1,12 +1,17 @@
 package temporal
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/agentplane/agentplane/engine"
+	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/sqlite"
 )
 
 // reportLatencies reports the p50 and p99 of ds, in milliseconds, as
@@ -94,4 +99,64 @@ func BenchmarkTemporalWorkflow(b *testing.B) {
 			b.ReportMetric(float64(sum)/float64(len(ds)*n)/float64(time.Millisecond), "act-ms")
 		})
 	}
+}
+
+// BenchmarkTemporalEngineStep measures, on one dev server in one run, the
+// raw round trip of a sequential activity (a chain of b.N no-op
+// activities) and a step of the engine (b.N steps of a loop on the seam:
+// a step boundary, then one activity whose result is appended to
+// agentplane's log in SQLite, synchronous=full), and reports each mean
+// and their ratio: what the engine adds to the round trips a step needs.
+func BenchmarkTemporalEngineStep(b *testing.B) {
+	_, c := devServer(b, client.Options{})
+	q := startWorker(b, c, registerSteps(&stepActivity{}))
+	var st StepsState
+	if _, err := execute(b, c, q, "warm", &st, stepsWorkflow, StepsState{Total: 5}); err != nil {
+		b.Fatal(err)
+	}
+	ctx := b.Context()
+	s, err := sqlite.Open(ctx, sqlite.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	acts, err := engine.NewActivities(engine.NewActivity("test.count", func(_ context.Context, in countIn) (countOut, error) {
+		return countOut{Step: in.Step}, nil
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	t0 := time.Now()
+	if _, err := execute(b, c, q, fmt.Sprintf("raw-%d", b.N), &st, stepsWorkflow, StepsState{Total: b.N}); err != nil {
+		b.Fatal(err)
+	}
+	raw := time.Since(t0)
+	e, err := New(Options{Client: c, TaskQueue: "bench-engine", Store: s, Workflow: countingWorkflow(b.N), Activities: acts, Poll: 20 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := fmt.Sprintf("steps-%d", b.N)
+	if err := s.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x", Mode: "async"}); err != nil {
+		b.Fatal(err)
+	}
+	t1 := time.Now()
+	if err := e.launch(ctx, id); err != nil {
+		b.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	if err := e.Work(wctx, engine.WorkOptions{Concurrency: 2, UntilIdle: true}); err != nil || wctx.Err() != nil {
+		b.Fatalf("work: %v %v", err, wctx.Err())
+	}
+	steps := time.Since(t1)
+	b.StopTimer()
+	if r, err := s.GetRun(ctx, id); err != nil || r.Status != store.StatusCompleted {
+		b.Fatalf("run: %+v %v", r, err)
+	}
+	perRaw := float64(raw) / float64(b.N) / float64(time.Millisecond)
+	perStep := float64(steps) / float64(b.N) / float64(time.Millisecond)
+	b.ReportMetric(perRaw, "raw-ms/activity")
+	b.ReportMetric(perStep, "engine-ms/step")
+	b.ReportMetric(perStep/perRaw, "step/raw")
 }

@@ -1,24 +1,25 @@
-// Package temporal is the Temporal engine under construction: the parts of a
-// durable-execution engine on Temporal (go.temporal.io/sdk) that do not
-// depend on the final shape of agentplane's engine seam, each tested against
-// a real `temporal server start-dev` (package temporaltest).
+// Package temporal is the Temporal engine (go.temporal.io/sdk): Engine
+// implements engine.Engine, so the API, the CLI, evals and replay run the
+// agent loop on a Temporal cluster unchanged.
 //
-// Built so far:
-//   - Config and ParseURL: the engine URL
-//     temporal://HOST:PORT?namespace=N&task_queue=Q; Dial connects within a
-//     bound and checks the namespace;
-//   - BlobCodec: a payload codec that keeps payloads over a threshold in
-//     agentplane's blob store and leaves a small authenticated reference in
-//     the history (Temporal refuses a payload over 2 MB);
-//   - ActivityPolicy, ModelCallPolicy, ToolCallPolicy: timeouts and retry
-//     policies; RetryableError, NonRetryableError and HTTPError classify
-//     activity errors (429 and 5xx are retried with backoff, a 400 is not);
-//   - Heartbeat: keeps a long activity alive and lets it see cancellation;
-//   - ContinueAsNewPolicy: when a long workflow starts a fresh run with a
-//     compact state, well below Temporal's history warning.
+// A run is one workflow execution whose id is the run id. The workflow runs
+// the engine's engine.Workflow over an engine.Env on the workflow.Context:
+// each Execute is a Temporal activity registered under the engine
+// activity's name, which runs the effect and appends its result to
+// agentplane's event log; durable records are appended by an activity
+// before the workflow goes on; signals (approvals, messages, cancel) are
+// stored, then signalled, and recorded in the append that consumes them;
+// waits block on a selector over the signals, a timer and wake-ups on the
+// engine's clock. agentplane's log stays the record trace, streams and
+// replay read. A long run continues as new at a step boundary, carrying
+// only the log's head, and the new run re-runs the loop over the log.
 //
-// The agent loop is not wired in yet: docs/design/temporal.md describes how
-// it will map onto Temporal and what remains.
+// Also here: Config and ParseURL (temporal://HOST:PORT?namespace=N&task_queue=Q)
+// and Dial; BlobCodec, a payload codec that keeps large payloads in
+// agentplane's blob store; ActivityPolicy and the error classes
+// (RetryableError, NonRetryableError, HTTPError); Heartbeat;
+// ContinueAsNewPolicy. docs/design/temporal.md describes the mapping and
+// what is tested against a real dev server (package temporaltest).
 package temporal
 
 import "log/slog"

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/trace/otelexport"
 )
@@ -158,6 +159,7 @@ type command struct {
 type common struct {
 	data     string
 	store    string
+	engine   string
 	blobs    string
 	models   string
 	verbose  bool
@@ -179,6 +181,7 @@ func (c *command) flags(name string, cm *common) *flag.FlagSet {
 	}
 	fs.StringVar(&cm.data, "data", def, "data directory (env AGENTPLANE_DATA)")
 	fs.StringVar(&cm.store, "store", os.Getenv("AGENTPLANE_STORE"), "run store: postgres://USER@HOST:PORT/DB shared by many processes (password from PGPASSWORD or ~/.pgpass), or empty for the embedded SQLite store in DATA (env AGENTPLANE_STORE; default the store key of DATA/api.yaml)")
+	fs.StringVar(&cm.engine, "engine", os.Getenv("AGENTPLANE_ENGINE"), "engine that executes runs: "+platform.EngineHelp+" (env AGENTPLANE_ENGINE; default the engine key of DATA/api.yaml); every process of a deployment names the same one")
 	fs.StringVar(&cm.blobs, "blobs", os.Getenv("AGENTPLANE_BLOBS"),
 		"where blobs are kept: s3://BUCKET?endpoint=URL&region=R&prefix=P&path_style=true (key in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or an absolute folder (env AGENTPLANE_BLOBS; default: blobs in DATA/storage.yaml, else DATA/blobs)")
 	fs.BoolVar(&cm.verbose, "v", false, "log platform diagnostics to stderr")
@@ -213,7 +216,7 @@ var usageLines = map[string]string{
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--tenant T] [--prompt-hash H] [--json] | runs RUN|last [--json]",
-	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--store postgres://...] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
+	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--store postgres://...] [--engine temporal://...] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"connectors":   "agentplane connectors add -f CONNECTOR.yaml --overlays OVERLAYS.yaml | list | show NAME | diff NAME | review NAME --as USER [--hash H] [--overlays F] | remove NAME [--tenant T] [--json]",
@@ -221,7 +224,7 @@ var usageLines = map[string]string{
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
 	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",
 	"users secret": "agentplane users secret set TENANT CONNECTOR (--random | value on stdin) | list TENANT | delete TENANT CONNECTOR",
-	"worker":       "agentplane worker [--until-idle] [--concurrency N] [--store postgres://...]",
+	"worker":       "agentplane worker [--until-idle] [--concurrency N] [--store postgres://...] [--engine temporal://...]",
 }
 
 // setUsage makes -h print the command's synopsis, then its flags.
@@ -266,19 +269,30 @@ func exitStatus(name string) string {
 // lease and sandbox flags; the others only read or change stored state.
 var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
 
+// useConfig takes the store and the engine from the API config where no
+// flag or environment variable named them.
+func (cm *common) useConfig(cfg *api.Config) {
+	if cm.store == "" {
+		cm.store = cfg.Store
+	}
+	if cm.engine == "" {
+		cm.engine = cfg.Engine
+	}
+}
+
 func (c *command) open(cm *common, extra func(*platform.Options)) (*platform.Platform, error) {
 	blobs, err := blobsOf(cm)
 	if err != nil {
 		return nil, err
 	}
-	if cm.store == "" {
+	if cm.store == "" || cm.engine == "" {
 		cfg, err := loadAPIConfig("", cm.data)
 		if err != nil {
 			return nil, err
 		}
-		cm.store = cfg.Store
+		cm.useConfig(cfg)
 	}
-	o := platform.Options{DataDir: cm.data, Store: cm.store, Blobs: blobs, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
+	o := platform.Options{DataDir: cm.data, Store: cm.store, Engine: cm.engine, Blobs: blobs, ModelsFile: cm.models, LeaseTTL: cm.leaseTTL,
 		Sandbox: platform.SandboxOptions{Guest: cm.guest, Runsc: cm.runsc, DowngradeTier3: cm.downgrade}, MCP: mcpOptions(),
 		Telemetry: platform.TelemetryOptions{OTLP: cm.otlp}}
 	if cm.verbose {

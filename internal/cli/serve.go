@@ -59,9 +59,7 @@ func (c *command) serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	if cm.store == "" {
-		cm.store = cfg.Store
-	}
+	cm.useConfig(cfg)
 	clock := time.Now
 	if *clockOffset != 0 {
 		off := *clockOffset
@@ -98,7 +96,7 @@ func (c *command) serve(args []string) error {
 	hs := srv.HTTPServer(slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(srv.Listener(ln)) }()
-	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s, store %s); run viewer at http://%s/ui/\n", ln.Addr(), cm.data, storeName(cm.store), ln.Addr())
+	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s, store %s, engine %s); run viewer at http://%s/ui/\n", ln.Addr(), cm.data, storeName(cm.store), engineName(cm.engine), ln.Addr())
 	select {
 	case <-ctx.Done():
 	case err = <-served:
@@ -122,6 +120,14 @@ func storeName(spec string) string {
 		return "embedded"
 	}
 	return postgres.Redact(spec)
+}
+
+// engineName is how the engine is named in messages.
+func engineName(spec string) string {
+	if spec == "" {
+		return "embedded"
+	}
+	return spec
 }
 
 // warnNoModels says, when a process that executes runs starts, that no

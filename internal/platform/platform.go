@@ -45,6 +45,10 @@ type Options struct {
 	// Store names the run store: "" for the embedded SQLite store in
 	// DataDir, or a postgres:// URL (see OpenStore).
 	Store string
+	// Engine names the engine that executes runs: "" for the embedded
+	// engine on the run store, or a Temporal server as
+	// temporal://HOST:PORT?namespace=N&task_queue=Q (EngineHelp).
+	Engine string
 	// Blobs is where blobs are kept, chosen independently of the run
 	// store: an s3://BUCKET?endpoint=...&region=...&prefix=...&path_style=true
 	// URL (package s3blob), an absolute folder path, or "" for the blob
@@ -107,8 +111,10 @@ type Platform struct {
 	// and works runs through it.
 	Engine engine.Engine
 	// Embedded is the embedded engine under Engine (its worker pools and
-	// Execute, which tests drive runs with).
+	// Execute, which tests drive runs with); nil on another engine.
 	Embedded *engine.Embedded
+	// engineClose closes another engine's connection.
+	engineClose func()
 	// Runs holds the use cases over runs (start, decide, replay, cancel,
 	// message) on Engine.
 	Runs   *runs.Service
@@ -261,11 +267,9 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return fail(err)
 	}
-	p.Embedded, err = engine.NewEmbedded(engine.Options{Store: es, Workflow: p.Loop.Workflow, Activities: p.Loop.Activities(), LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
-	if err != nil {
+	if err := p.openEngine(ctx, o, es); err != nil {
 		return fail(err)
 	}
-	p.Engine = p.Embedded
 	if o.WrapEngine != nil {
 		p.Engine = o.WrapEngine(p.Engine)
 	}
@@ -371,6 +375,9 @@ func (p *Platform) Close() error {
 		if c, ok := r.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}
+	}
+	if p.engineClose != nil {
+		p.engineClose()
 	}
 	if p.Store != nil {
 		errs = append(errs, p.Store.Close())
