@@ -141,7 +141,7 @@ type Options struct {
 	// to it are authenticated like the API's, from the Authorization
 	// header only (never a browser session), and the handler finds its
 	// caller with PrincipalFrom.
-	MCP func(*Server) http.Handler
+	MCP func(*Server) (http.Handler, error)
 }
 
 // MCPPath is where Options.MCP is served.
@@ -253,7 +253,11 @@ func New(o Options) (*Server, error) {
 	s.hub = newHub(st, o.Logger)
 	s.hooks = newDispatcher(s)
 	if o.MCP != nil {
-		s.mcp = o.MCP(s)
+		h, err := o.MCP(s)
+		if err != nil {
+			return nil, fmt.Errorf("api: the MCP server: %w", err)
+		}
+		s.mcp = h
 	}
 	return s, nil
 }

@@ -137,6 +137,19 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
+// Mount is api.Options.MCP: the Streamable HTTP handler (Handler) of a
+// Server over the API it is mounted in, with o's other settings.
+func Mount(o Options) func(*api.Server) (http.Handler, error) {
+	return func(s *api.Server) (http.Handler, error) {
+		o.API = s
+		m, err := New(o)
+		if err != nil {
+			return nil, err
+		}
+		return m.Handler(), nil
+	}
+}
+
 // toolError is the error a tool returns for err: the API's code and
 // message (an internal error is logged and described as such only).
 func (t *tools) toolError(tool string, err error) error {

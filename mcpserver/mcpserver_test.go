@@ -21,13 +21,7 @@ import (
 func demo(t *testing.T) *apitest.Server {
 	t.Helper()
 	return apitest.Start(t, apitest.Options{API: func(o *api.Options) {
-		o.MCP = func(s *api.Server) http.Handler {
-			m, err := mcpserver.New(mcpserver.Options{API: s})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return m.Handler()
-		}
+		o.MCP = mcpserver.Mount(mcpserver.Options{})
 	}})
 }
 

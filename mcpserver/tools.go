@@ -88,8 +88,8 @@ var (
 )
 
 // outputSchema is the JSON Schema of T's JSON, computed once per type: as
-// the SDK infers it, except that a json.RawMessage (a recorded payload, a
-// tool's arguments) is any JSON value, not an array of bytes.
+// the SDK infers it, except that a json.RawMessage (an event's payload, a
+// tool call's arguments) is a JSON object or null, not an array of bytes.
 func outputSchema[T any]() *jsonschema.Schema {
 	schemasMu.Lock()
 	defer schemasMu.Unlock()
@@ -98,7 +98,7 @@ func outputSchema[T any]() *jsonschema.Schema {
 		return sc
 	}
 	sc, err := jsonschema.ForType(typ, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
-		reflect.TypeFor[json.RawMessage](): {},
+		reflect.TypeFor[json.RawMessage](): {AnyOf: []*jsonschema.Schema{{Type: "object"}, {Type: "null"}}},
 	}})
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", typ, err)) // a programming error, found by every test
