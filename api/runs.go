@@ -551,13 +551,12 @@ func handleMessage(s *Server, w http.ResponseWriter, r *http.Request, p *Princip
 		s.fail(w, r, err)
 		return
 	}
-	if strings.TrimSpace(req.Text) == "" || len(req.Text) > 64<<10 {
-		s.fail(w, r, badRequest("text is required, at most 64 KiB"))
+	out, err := s.Message(r.Context(), p, params["run_id"], req.Text)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	s.signal(w, r, p, params["run_id"], trace.SignalMessage, func(ctx context.Context, run *store.Run) (*store.Run, error) {
-		return s.p.Runs.Message(ctx, runs.MessageRequest{RunID: run.ID, Tenant: p.Tenant, Text: req.Text})
-	})
+	writeJSON(w, http.StatusAccepted, out)
 }
 
 func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
@@ -568,29 +567,53 @@ func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 			return
 		}
 	}
-	s.signal(w, r, p, params["run_id"], trace.SignalCancel, func(ctx context.Context, run *store.Run) (*store.Run, error) {
-		return s.p.Runs.Cancel(ctx, runs.CancelRequest{RunID: run.ID, Tenant: p.Tenant, By: p.User, Reason: req.Reason})
+	out, err := s.Cancel(r.Context(), p, params["run_id"], req.Reason)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+// Message adds text from p's user to p's tenant's run id, read at its next
+// step, as POST /v1/runs/{run_id}/messages does; a run that has ended is a
+// conflict.
+func (s *Server) Message(ctx context.Context, p *Principal, id, text string) (SignalAccepted, error) {
+	if strings.TrimSpace(text) == "" || len(text) > 64<<10 {
+		return SignalAccepted{}, badRequest("text is required, at most 64 KiB")
+	}
+	return s.signal(ctx, p, id, trace.SignalMessage, func(ctx context.Context, run *store.Run) (*store.Run, error) {
+		return s.p.Runs.Message(ctx, runs.MessageRequest{RunID: run.ID, Tenant: p.Tenant, Text: text})
+	})
+}
+
+// Cancel asks p's tenant's run id to stop at its next step boundary, as
+// POST /v1/runs/{run_id}:cancel does; a run that has ended is a conflict.
+func (s *Server) Cancel(ctx context.Context, p *Principal, id, reason string) (SignalAccepted, error) {
+	if len(reason) > 4096 {
+		return SignalAccepted{}, badRequest("reason is longer than 4096 bytes")
+	}
+	return s.signal(ctx, p, id, trace.SignalCancel, func(ctx context.Context, run *store.Run) (*store.Run, error) {
+		return s.p.Runs.Cancel(ctx, runs.CancelRequest{RunID: run.ID, Tenant: p.Tenant, By: p.User, Reason: reason})
 	})
 }
 
 // signal finds the caller's run and sends it kind through send (a use
 // case of package runs); a run that has ended is a 409.
-func (s *Server) signal(w http.ResponseWriter, r *http.Request, p *Principal, runID, kind string,
-	send func(context.Context, *store.Run) (*store.Run, error)) {
-	run, err := s.runOf(r.Context(), p, runID)
+func (s *Server) signal(ctx context.Context, p *Principal, runID, kind string,
+	send func(context.Context, *store.Run) (*store.Run, error)) (SignalAccepted, error) {
+	run, err := s.runOf(ctx, p, runID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return SignalAccepted{}, err
 	}
-	run, err = send(r.Context(), run)
+	run, err = send(ctx, run)
 	if errors.Is(err, runs.ErrRunEnded) {
 		err = conflict("%v", err)
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return SignalAccepted{}, err
 	}
-	writeJSON(w, http.StatusAccepted, SignalAccepted{RunID: run.ID, Kind: kind, Status: run.Status})
+	return SignalAccepted{RunID: run.ID, Kind: kind, Status: run.Status}, nil
 }
 
 func handleReplay(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {

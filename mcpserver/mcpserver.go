@@ -1,16 +1,17 @@
 // Package mcpserver serves agentplane's own capabilities as an MCP server
 // (the official Go SDK): start a run, read its status and its events, list
-// and decide approvals as the calling principal, verify a run's trace and
-// replay a run from a step. Every tool is one of the HTTP API's operations
-// (api.Server's StartRun, GetRun, RunEvents, ListApprovals, Decide, Replay,
-// VerifyRun), called as the principal the caller's credential names: the
+// and decide approvals as the calling principal, verify a run's trace,
+// replay a run from a step, send a run a message and cancel it. Every tool
+// is one of the HTTP API's operations (api.Server's StartRun, GetRun,
+// RunEvents, ListApprovals, Decide, Replay, VerifyRun, Message, Cancel),
+// called as the principal the caller's credential names: the
 // same tenant scoping (another tenant's run is not found), the same scopes
 // (runs:read, runs:write, approvals:decide), the same approver checks
 // (runs.Service.Decide) and the same quotas. There is no second way of doing
 // what the API does.
 //
 // Two transports: stdio (ServeStdio; `agentplane mcp serve --stdio`), whose
-// principal is authenticated once from the caller's key, and Streamable
+// caller's key is authenticated at start and at every call, and Streamable
 // HTTP (Handler), mounted by the API at /mcp and authenticated per request
 // from its Authorization header like /v1. The HTTP server is stateless:
 // every request is served by a server bound to that request's principal,
@@ -51,6 +52,11 @@ type API interface {
 	Decide(ctx context.Context, p *api.Principal, id string, req api.DecideRequest) (api.DecisionAccepted, error)
 	Replay(ctx context.Context, p *api.Principal, id string, req api.ReplayRequest) (api.Run, error)
 	VerifyRun(ctx context.Context, p *api.Principal, id string) (*trace.Report, error)
+	Message(ctx context.Context, p *api.Principal, id, text string) (api.SignalAccepted, error)
+	Cancel(ctx context.Context, p *api.Principal, id, reason string) (api.SignalAccepted, error)
+	// Authenticate turns a bearer credential into its principal
+	// (api.ErrUnauthenticated when it is not valid).
+	Authenticate(ctx context.Context, token string) (*api.Principal, error)
 	// Failure says how an error of the operations above is answered.
 	Failure(err error) (int, api.ErrorBody)
 }
@@ -97,17 +103,39 @@ const instructions = "agentplane runs LLM agents whose every step is recorded in
 
 // For returns an MCP server whose tools act as p.
 func (s *Server) For(p *api.Principal) *mcp.Server {
+	return s.server(func(context.Context) (*api.Principal, error) { return p, nil })
+}
+
+// server returns an MCP server whose tools act as who says at each call.
+func (s *Server) server(who func(context.Context) (*api.Principal, error)) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "agentplane", Title: "agentplane", Version: s.o.Version},
 		&mcp.ServerOptions{Instructions: instructions, Logger: s.o.Logger, SchemaCache: s.cache})
-	t := &tools{api: s.o.API, p: p, log: s.o.Logger}
+	t := &tools{api: s.o.API, who: who, log: s.o.Logger}
 	t.register(srv)
 	return srv
 }
 
-// ServeStdio serves p's MCP server over r and w (stdin and stdout) until
-// the client closes r or ctx ends.
-func (s *Server) ServeStdio(ctx context.Context, p *api.Principal, r io.ReadCloser, w io.WriteCloser) error {
-	err := s.For(p).Run(ctx, &mcp.IOTransport{Reader: r, Writer: w, MaxLineLength: maxRequestBytes})
+// ServeStdio serves MCP over r and w (stdin and stdout) until the client
+// closes r or ctx ends, as the principal of token: authenticated before
+// anything is served (api.ErrUnauthenticated, wrapped, when the key is not
+// valid) and again at every call, so a key revoked while a client holds
+// the process open acts no more.
+func (s *Server) ServeStdio(ctx context.Context, token string, r io.ReadCloser, w io.WriteCloser) error {
+	if _, err := s.o.API.Authenticate(ctx, token); err != nil {
+		return fmt.Errorf("mcp: the caller's key: %w", err)
+	}
+	who := func(ctx context.Context) (*api.Principal, error) {
+		p, err := s.o.API.Authenticate(ctx, token)
+		if errors.Is(err, api.ErrUnauthenticated) {
+			return nil, errors.New("unauthenticated: the key this server was started with is no longer valid (revoked?); start it again with a valid key")
+		}
+		if err != nil {
+			s.o.Logger.Error("mcp: authenticate", "err", err)
+			return nil, errors.New("unavailable: the key could not be checked; retry")
+		}
+		return p, nil
+	}
+	err := s.server(who).Run(ctx, &mcp.IOTransport{Reader: r, Writer: w, MaxLineLength: maxRequestBytes})
 	if err != nil && (errors.Is(err, io.EOF) || ctx.Err() != nil) {
 		return nil
 	}
@@ -152,13 +180,13 @@ func Mount(o Options) func(*api.Server) (http.Handler, error) {
 
 // toolError is the error a tool returns for err: the API's code and
 // message (an internal error is logged and described as such only).
-func (t *tools) toolError(tool string, err error) error {
+func (t *tools) toolError(p *api.Principal, tool string, err error) error {
 	if errors.Is(err, errTooLarge) || errors.Is(err, errScope) {
 		return err
 	}
 	status, body := t.api.Failure(err)
 	if status >= 500 {
-		t.log.Error("mcp tool failed", "tool", tool, "tenant", t.p.Tenant, "user", t.p.User, "err", err)
+		t.log.Error("mcp tool failed", "tool", tool, "tenant", p.Tenant, "user", p.User, "err", err)
 	}
 	return fmt.Errorf("%s: %s", body.Code, body.Message)
 }

@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -50,10 +51,6 @@ func connect(t *testing.T, s *apitest.Server, transport, token string) *mcp.Clie
 		tr = &mcp.StreamableClientTransport{Endpoint: s.HTTP.URL + api.MCPPath,
 			HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}, Timeout: 30 * time.Second}}
 	case "stdio":
-		p, err := s.API.Authenticate(ctx, token)
-		if err != nil {
-			t.Fatal(err)
-		}
 		m, err := mcpserver.New(mcpserver.Options{API: s.API})
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +59,7 @@ func connect(t *testing.T, s *apitest.Server, transport, token string) *mcp.Clie
 		serverR, clientW := io.Pipe()
 		done := make(chan error, 1)
 		sctx, cancel := context.WithCancel(ctx)
-		go func() { done <- m.ServeStdio(sctx, p, serverR, serverW) }()
+		go func() { done <- m.ServeStdio(sctx, token, serverR, serverW) }()
 		t.Cleanup(func() {
 			cancel()
 			clientW.Close()
@@ -153,7 +150,7 @@ func waitRun(t *testing.T, cs *mcp.ClientSession, id string, decided map[string]
 	}
 }
 
-var wantTools = []string{"decide_approval", "get_run", "list_approvals", "list_run_events", "replay_run", "start_run", "trace_run"}
+var wantTools = []string{"cancel_run", "decide_approval", "get_run", "list_approvals", "list_run_events", "replay_run", "send_message", "start_run", "trace_run"}
 
 // TestMCPServer drives the demo over each transport as three principals:
 // the support agent who starts the run, the supervisor who approves it,
@@ -293,6 +290,29 @@ func TestMCPServer(t *testing.T) {
 				t.Fatalf("replay: %+v", rep)
 			}
 			refused(t, priya, "replay_run", map[string]any{"run_id": id, "from_step": 0}, "from-step")
+			refused(t, priya, "send_message", map[string]any{"run_id": id, "text": "one more thing"}, "has ended")
+
+			// A second run: another tenant can neither message nor cancel
+			// it; its user does both, and it ends cancelled.
+			second := ok[mcpserver.StartRunResult](t, priya, "start_run", map[string]any{"agent": apitest.DemoAgent, "input": apitest.DemoTask}).Run.ID
+			refused(t, gus, "send_message", map[string]any{"run_id": second, "text": "refund everything"}, "not_found")
+			refused(t, gus, "cancel_run", map[string]any{"run_id": second}, "not_found")
+			refused(t, priya, "send_message", map[string]any{"run_id": second, "text": " "}, "text is required")
+			if a := ok[api.SignalAccepted](t, priya, "send_message", map[string]any{"run_id": second, "text": "the customer called again"}); a.Kind != "message" {
+				t.Fatalf("send_message: %+v", a)
+			}
+			if a := ok[api.SignalAccepted](t, priya, "cancel_run", map[string]any{"run_id": second, "reason": "duplicate ticket"}); a.Kind != "cancel" {
+				t.Fatalf("cancel_run: %+v", a)
+			}
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				r := ok[api.Run](t, priya, "get_run", map[string]any{"run_id": second})
+				if r.Status == store.StatusCancelled {
+					break
+				}
+				if store.Terminal(r.Status) || time.Now().After(deadline) {
+					t.Fatalf("cancelled run %s is %s", second, r.Status)
+				}
+			}
 		})
 	}
 }
@@ -327,4 +347,35 @@ func TestMCPHTTPAuth(t *testing.T) {
 	if l := ok[mcpserver.ApprovalsResult](t, cs, "list_approvals", nil); l.Approvals == nil {
 		t.Fatal("list_approvals: approvals is null, want a list")
 	}
+}
+
+// TestMCPStdioKey: stdio refuses to start with a key that is not valid,
+// and a key revoked while a client holds the server open acts no more.
+func TestMCPStdioKey(t *testing.T) {
+	s := demo(t)
+	m, err := mcpserver.New(mcpserver.Options{API: s.API})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w := io.Pipe()
+	defer r.Close()
+	if err := m.ServeStdio(context.Background(), "ap_nokey_nosecret", r, w); !errors.Is(err, api.ErrUnauthenticated) {
+		t.Fatalf("ServeStdio with an unknown key: %v, want api.ErrUnauthenticated", err)
+	}
+
+	key := s.NewKey(t, apitest.BankTenant, apitest.Priya, nil)
+	cs := connect(t, s, "stdio", key)
+	if l := ok[mcpserver.ApprovalsResult](t, cs, "list_approvals", nil); l.Approvals == nil {
+		t.Fatal("list_approvals before the revocation: approvals is null")
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(key, "ap_"), "_")
+	st, okStore := any(s.Platform.Store).(store.APIStore)
+	if !okStore {
+		t.Fatal("the platform's store keeps no API keys")
+	}
+	if err := st.RevokeAPIKey(context.Background(), id, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	refused(t, cs, "list_approvals", nil, "unauthenticated: the key this server was started with is no longer valid")
+	refused(t, cs, "start_run", map[string]any{"agent": apitest.DemoAgent, "input": apitest.DemoTask}, "unauthenticated")
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/agentplane/agentplane/trace"
 )
 
-// tools are one principal's tools.
+// tools are one caller's tools.
 type tools struct {
 	api API
-	p   *api.Principal
+	// who is the caller, asked at every call.
+	who func(context.Context) (*api.Principal, error)
 	log *slog.Logger
 }
 
@@ -74,6 +75,13 @@ func (t *tools) register(s *mcp.Server) {
 			"are served from the original's log, then the run goes live (mode recorded or live) with the optional changes; tools with " +
 			"side effects never run live.",
 		Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(true)}}, t.replay)
+	add(s, &mcp.Tool{Name: "send_message", Title: "Send a run a message",
+		Description: "Add a message from the calling user to a run that has not ended (scope runs:write); the model reads it at the " +
+			"run's next step, and a waiting run wakes.",
+		Annotations: &mcp.ToolAnnotations{OpenWorldHint: new(true)}}, t.message)
+	add(s, &mcp.Tool{Name: "cancel_run", Title: "Cancel a run",
+		Description: "Ask a run that has not ended to stop (scope runs:write); it ends as cancelled at its next step boundary, recorded in its log.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: new(true), IdempotentHint: true, OpenWorldHint: new(false)}}, t.cancel)
 }
 
 // add registers a tool with the output schema of Out.
@@ -107,12 +115,17 @@ func outputSchema[T any]() *jsonschema.Schema {
 	return sc
 }
 
-// need refuses a call the principal's credential has no scope for.
-func (t *tools) need(scope string) error {
-	if t.p.Has(scope) {
-		return nil
+// caller returns the caller's principal, refusing a call its credential
+// has no scope for.
+func (t *tools) caller(ctx context.Context, scope string) (*api.Principal, error) {
+	p, err := t.who(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return fmt.Errorf("%w: this credential lacks the scope %s", errScope, scope)
+	if !p.Has(scope) {
+		return nil, fmt.Errorf("%w: this credential lacks the scope %s", errScope, scope)
+	}
+	return p, nil
 }
 
 // StartRunArgs are start_run's arguments.
@@ -132,16 +145,17 @@ type StartRunResult struct {
 }
 
 func (t *tools) startRun(ctx context.Context, _ *mcp.CallToolRequest, in StartRunArgs) (*mcp.CallToolResult, StartRunResult, error) {
-	if err := t.need(api.ScopeRunsWrite); err != nil {
+	p, err := t.caller(ctx, api.ScopeRunsWrite)
+	if err != nil {
 		return nil, StartRunResult{}, err
 	}
 	req := api.CreateRunRequest{Agent: in.Agent, Input: in.Input, Bindings: in.Bindings, Mode: "async"}
 	if in.Version != "" {
 		req.Version = versionJSON(in.Version)
 	}
-	run, replayed, err := t.api.StartRun(ctx, t.p, req, in.IdempotencyKey)
+	run, replayed, err := t.api.StartRun(ctx, p, req, in.IdempotencyKey)
 	if err != nil {
-		return nil, StartRunResult{}, t.toolError("start_run", err)
+		return nil, StartRunResult{}, t.toolError(p, "start_run", err)
 	}
 	return nil, StartRunResult{Run: run, Replayed: replayed}, nil
 }
@@ -163,12 +177,13 @@ type RunArgs struct {
 }
 
 func (t *tools) getRun(ctx context.Context, _ *mcp.CallToolRequest, in RunArgs) (*mcp.CallToolResult, api.Run, error) {
-	if err := t.need(api.ScopeRunsRead); err != nil {
+	p, err := t.caller(ctx, api.ScopeRunsRead)
+	if err != nil {
 		return nil, api.Run{}, err
 	}
-	run, err := t.api.GetRun(ctx, t.p, in.RunID, in.Safe)
+	run, err := t.api.GetRun(ctx, p, in.RunID, in.Safe)
 	if err != nil {
-		return nil, api.Run{}, t.toolError("get_run", err)
+		return nil, api.Run{}, t.toolError(p, "get_run", err)
 	}
 	run, err = bounded(run, "read the run over HTTP (GET /v1/runs/{run_id})")
 	return nil, run, err
@@ -199,7 +214,8 @@ type EventPage struct {
 }
 
 func (t *tools) listEvents(ctx context.Context, _ *mcp.CallToolRequest, in EventsArgs) (*mcp.CallToolResult, EventPage, error) {
-	if err := t.need(api.ScopeRunsRead); err != nil {
+	p, err := t.caller(ctx, api.ScopeRunsRead)
+	if err != nil {
 		return nil, EventPage{}, err
 	}
 	limit := in.Limit
@@ -210,9 +226,9 @@ func (t *tools) listEvents(ctx context.Context, _ *mcp.CallToolRequest, in Event
 		return nil, EventPage{}, fmt.Errorf("invalid_request: limit must be between 1 and %d", maxEvents)
 	}
 	// One more than asked, to know whether more follow.
-	list, err := t.api.RunEvents(ctx, t.p, in.RunID, in.After, limit+1, in.Safe)
+	list, err := t.api.RunEvents(ctx, p, in.RunID, in.After, limit+1, in.Safe)
 	if err != nil {
-		return nil, EventPage{}, t.toolError("list_run_events", err)
+		return nil, EventPage{}, t.toolError(p, "list_run_events", err)
 	}
 	page := EventPage{RunID: in.RunID, Status: list.Status, Events: []api.Event{}, NextAfter: in.After}
 	used := 0
@@ -250,12 +266,13 @@ type ApprovalsResult struct {
 }
 
 func (t *tools) listApprovals(ctx context.Context, _ *mcp.CallToolRequest, in ApprovalsArgs) (*mcp.CallToolResult, ApprovalsResult, error) {
-	if err := t.need(api.ScopeRunsRead); err != nil {
+	p, err := t.caller(ctx, api.ScopeRunsRead)
+	if err != nil {
 		return nil, ApprovalsResult{}, err
 	}
-	list, err := t.api.ListApprovals(ctx, t.p, in.Decidable, in.Safe)
+	list, err := t.api.ListApprovals(ctx, p, in.Decidable, in.Safe)
 	if err != nil {
-		return nil, ApprovalsResult{}, t.toolError("list_approvals", err)
+		return nil, ApprovalsResult{}, t.toolError(p, "list_approvals", err)
 	}
 	out := ApprovalsResult{Approvals: list.Approvals}
 	if len(out.Approvals) > maxApprovals {
@@ -274,7 +291,8 @@ type DecideArgs struct {
 }
 
 func (t *tools) decide(ctx context.Context, _ *mcp.CallToolRequest, in DecideArgs) (*mcp.CallToolResult, api.DecisionAccepted, error) {
-	if err := t.need(api.ScopeApprovals); err != nil {
+	p, err := t.caller(ctx, api.ScopeApprovals)
+	if err != nil {
 		return nil, api.DecisionAccepted{}, err
 	}
 	req := api.DecideRequest{Decision: in.Decision, Comment: in.Comment}
@@ -285,9 +303,9 @@ func (t *tools) decide(ctx context.Context, _ *mcp.CallToolRequest, in DecideArg
 		}
 		req.Args = b
 	}
-	out, err := t.api.Decide(ctx, t.p, in.ApprovalID, req)
+	out, err := t.api.Decide(ctx, p, in.ApprovalID, req)
 	if err != nil {
-		return nil, api.DecisionAccepted{}, t.toolError("decide_approval", err)
+		return nil, api.DecisionAccepted{}, t.toolError(p, "decide_approval", err)
 	}
 	return nil, out, nil
 }
@@ -312,12 +330,13 @@ type TraceResult struct {
 }
 
 func (t *tools) traceRun(ctx context.Context, _ *mcp.CallToolRequest, in TraceArgs) (*mcp.CallToolResult, TraceResult, error) {
-	if err := t.need(api.ScopeRunsRead); err != nil {
+	p, err := t.caller(ctx, api.ScopeRunsRead)
+	if err != nil {
 		return nil, TraceResult{}, err
 	}
-	rep, err := t.api.VerifyRun(ctx, t.p, in.RunID)
+	rep, err := t.api.VerifyRun(ctx, p, in.RunID)
 	if err != nil {
-		return nil, TraceResult{}, t.toolError("trace_run", err)
+		return nil, TraceResult{}, t.toolError(p, "trace_run", err)
 	}
 	out := TraceResult{RunID: in.RunID, OK: rep.OK(), Events: rep.Events, Blobs: rep.Blobs, Prompts: rep.Prompts,
 		HeadHash: rep.HeadHash, Problems: []trace.Problem{}}
@@ -343,16 +362,53 @@ type ReplayArgs struct {
 }
 
 func (t *tools) replay(ctx context.Context, _ *mcp.CallToolRequest, in ReplayArgs) (*mcp.CallToolResult, api.Run, error) {
-	if err := t.need(api.ScopeRunsWrite); err != nil {
+	p, err := t.caller(ctx, api.ScopeRunsWrite)
+	if err != nil {
 		return nil, api.Run{}, err
 	}
 	req := api.ReplayRequest{FromStep: in.FromStep, Mode: in.Mode, ModelAlias: in.ModelAlias, Instructions: in.Instructions}
 	if in.Version != "" {
 		req.Version = versionJSON(in.Version)
 	}
-	run, err := t.api.Replay(ctx, t.p, in.RunID, req)
+	run, err := t.api.Replay(ctx, p, in.RunID, req)
 	if err != nil {
-		return nil, api.Run{}, t.toolError("replay_run", err)
+		return nil, api.Run{}, t.toolError(p, "replay_run", err)
 	}
 	return nil, run, nil
+}
+
+// MessageArgs are send_message's arguments.
+type MessageArgs struct {
+	RunID string `json:"run_id" jsonschema:"the run's id"`
+	Text  string `json:"text" jsonschema:"the message (at most 64 KiB)"`
+}
+
+func (t *tools) message(ctx context.Context, _ *mcp.CallToolRequest, in MessageArgs) (*mcp.CallToolResult, api.SignalAccepted, error) {
+	p, err := t.caller(ctx, api.ScopeRunsWrite)
+	if err != nil {
+		return nil, api.SignalAccepted{}, err
+	}
+	out, err := t.api.Message(ctx, p, in.RunID, in.Text)
+	if err != nil {
+		return nil, api.SignalAccepted{}, t.toolError(p, "send_message", err)
+	}
+	return nil, out, nil
+}
+
+// CancelArgs are cancel_run's arguments.
+type CancelArgs struct {
+	RunID  string `json:"run_id" jsonschema:"the run's id"`
+	Reason string `json:"reason,omitempty" jsonschema:"recorded with the cancel"`
+}
+
+func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelArgs) (*mcp.CallToolResult, api.SignalAccepted, error) {
+	p, err := t.caller(ctx, api.ScopeRunsWrite)
+	if err != nil {
+		return nil, api.SignalAccepted{}, err
+	}
+	out, err := t.api.Cancel(ctx, p, in.RunID, in.Reason)
+	if err != nil {
+		return nil, api.SignalAccepted{}, t.toolError(p, "cancel_run", err)
+	}
+	return nil, out, nil
 }

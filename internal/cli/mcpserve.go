@@ -99,7 +99,7 @@ func (c *command) mcpServe(args []string) error {
 	defer srv.Stop()
 	fmt.Fprintf(c.err, "agentplane: MCP server on stdio as %s of tenant %s (scopes %s; data %s, store %s)\n",
 		who.User, who.Tenant, strings.Join(who.Scopes, " "), cm.data, storeName(cm.store))
-	return m.ServeStdio(ctx, who, os.Stdin, nopWriteCloser{c.out})
+	return m.ServeStdio(ctx, token, os.Stdin, nopWriteCloser{c.out})
 }
 
 // mcpToken reads the caller's key from file, else from the environment.

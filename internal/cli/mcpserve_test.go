@@ -149,7 +149,7 @@ func TestMCPInspector(t *testing.T) {
 			t.Errorf("tool %s: inputSchema %s, outputSchema %s", tl.Name, tl.InputSchema, tl.OutputSchema)
 		}
 	}
-	if got, want := strings.Join(names, ","), "decide_approval,get_run,list_approvals,list_run_events,replay_run,start_run,trace_run"; got != want {
+	if got, want := strings.Join(names, ","), "cancel_run,decide_approval,get_run,list_approvals,list_run_events,replay_run,send_message,start_run,trace_run"; got != want {
 		t.Fatalf("tools/list over stdio: %s, want %s", got, want)
 	}
 	started := stdio(priya, "--method", "tools/call", "--tool-name", "start_run",
@@ -171,7 +171,7 @@ func TestMCPInspector(t *testing.T) {
 		t.Helper()
 		return inspect(t, bin, append([]string{url, "--transport", "http", "--header", "Authorization: Bearer " + key}, args...)...)
 	}
-	if l := overHTTP(meera, "--method", "tools/list"); len(l.Tools) != 7 {
+	if l := overHTTP(meera, "--method", "tools/list"); len(l.Tools) != 9 {
 		t.Fatalf("tools/list over HTTP: %d tools", len(l.Tools))
 	}
 	var approval string
