@@ -19,7 +19,7 @@ import (
 )
 
 // demo is the card-dispute API with the MCP server mounted at /mcp.
-func demo(t *testing.T) *apitest.Server {
+func demo(t testing.TB) *apitest.Server {
 	t.Helper()
 	return apitest.Start(t, apitest.Options{API: func(o *api.Options) {
 		o.MCP = mcpserver.Mount(mcpserver.Options{})
@@ -42,7 +42,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // (http: Streamable HTTP at /mcp; stdio: newline-delimited JSON over a
 // pair of pipes, as `agentplane mcp serve --stdio` speaks on its stdin
 // and stdout).
-func connect(t *testing.T, s *apitest.Server, transport, token string) *mcp.ClientSession {
+func connect(t testing.TB, s *apitest.Server, transport, token string) *mcp.ClientSession {
 	t.Helper()
 	ctx := context.Background()
 	var tr mcp.Transport
