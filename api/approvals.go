@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -61,16 +62,16 @@ func approvalsIn(run *store.Run, evs []store.Event) []Approval {
 
 // approvalOf finds the caller's approval and its run; another tenant's is
 // not found, and so is an id that does not parse.
-func (s *Server) approvalOf(r *http.Request, p *Principal, id string) (*store.Run, *Approval, error) {
+func (s *Server) approvalOf(ctx context.Context, p *Principal, id string) (*store.Run, *Approval, error) {
 	runID, _, _, err := trace.ParseApprovalID(id)
 	if err != nil {
 		return nil, nil, notFound("approval")
 	}
-	run, err := s.runOf(r.Context(), p, runID)
+	run, err := s.runOf(ctx, p, runID)
 	if err != nil {
 		return nil, nil, notFound("approval")
 	}
-	evs, err := s.st.Events(r.Context(), run.ID, 0, 0)
+	evs, err := s.st.Events(ctx, run.ID, 0, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -83,7 +84,7 @@ func (s *Server) approvalOf(r *http.Request, p *Principal, id string) (*store.Ru
 }
 
 func handleGetApproval(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
-	_, a, err := s.approvalOf(r, p, params["approval_id"])
+	_, a, err := s.approvalOf(r.Context(), p, params["approval_id"])
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -92,11 +93,6 @@ func handleGetApproval(s *Server, w http.ResponseWriter, r *http.Request, p *Pri
 }
 
 func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, _ map[string]string) {
-	pend, err := s.p.Runs.PendingApprovals(r.Context(), p.Tenant)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	decidable := false
 	switch r.URL.Query().Get("decidable") {
 	case "", "false":
@@ -111,11 +107,27 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 		s.fail(w, r, err)
 		return
 	}
+	out, err := s.ListApprovals(r.Context(), p, decidable, safe)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ListApprovals lists the approvals pending in p's tenant's runs, as GET
+// /v1/approvals answers them: with decidable, only those of a group p's
+// user belongs to (the inbox); with safe, model text neutralised for
+// display.
+func (s *Server) ListApprovals(ctx context.Context, p *Principal, decidable, safe bool) (ApprovalList, error) {
+	pend, err := s.p.Runs.PendingApprovals(ctx, p.Tenant)
+	if err != nil {
+		return ApprovalList{}, err
+	}
 	var pol *render.Policy
 	if safe {
-		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
-			s.fail(w, r, err)
-			return
+		if pol, err = s.renderPolicy(ctx, p); err != nil {
+			return ApprovalList{}, err
 		}
 	}
 	out := ApprovalList{Approvals: []Approval{}}
@@ -125,10 +137,9 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 			if s.p.Directory == nil {
 				break
 			}
-			in, err := s.p.Directory.InGroup(r.Context(), p.Tenant, p.User, pend[i].Request.Group)
+			in, err := s.p.Directory.InGroup(ctx, p.Tenant, p.User, pend[i].Request.Group)
 			if err != nil {
-				s.fail(w, r, err)
-				return
+				return ApprovalList{}, err
 			}
 			if !in {
 				continue
@@ -148,7 +159,7 @@ func handleListApprovals(s *Server, w http.ResponseWriter, r *http.Request, p *P
 		}
 		out.Approvals = append(out.Approvals, a)
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 func handleDecide(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
@@ -157,44 +168,48 @@ func handleDecide(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, err)
 		return
 	}
-	switch req.Decision {
-	case "approve", "reject":
-		if len(req.Args) > 0 {
-			s.fail(w, r, badRequest("args go with edit only"))
-			return
-		}
-	case "edit":
-		var obj map[string]any
-		if json.Unmarshal(req.Args, &obj) != nil || obj == nil {
-			s.fail(w, r, badRequest("edit needs args: the new arguments as a JSON object"))
-			return
-		}
-	default:
-		s.fail(w, r, badRequest("decision must be approve, reject or edit"))
-		return
-	}
-	if len(req.Comment) > 4096 {
-		s.fail(w, r, badRequest("comment is longer than 4096 bytes"))
-		return
-	}
-	id := params["approval_id"]
-	run, a, err := s.approvalOf(r, p, id)
+	out, err := s.Decide(r.Context(), p, params["approval_id"], req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+// Decide decides approval id of p's tenant as p's user, as POST
+// /v1/approvals/{approval_id}:decide does: the approval must be pending
+// and not expired, and runs.Service.Decide checks that the decider is in
+// its group and did not start the run.
+func (s *Server) Decide(ctx context.Context, p *Principal, id string, req DecideRequest) (DecisionAccepted, error) {
+	switch req.Decision {
+	case "approve", "reject":
+		if len(req.Args) > 0 {
+			return DecisionAccepted{}, badRequest("args go with edit only")
+		}
+	case "edit":
+		var obj map[string]any
+		if json.Unmarshal(req.Args, &obj) != nil || obj == nil {
+			return DecisionAccepted{}, badRequest("edit needs args: the new arguments as a JSON object")
+		}
+	default:
+		return DecisionAccepted{}, badRequest("decision must be approve, reject or edit")
+	}
+	if len(req.Comment) > 4096 {
+		return DecisionAccepted{}, badRequest("comment is longer than 4096 bytes")
+	}
+	run, a, err := s.approvalOf(ctx, p, id)
+	if err != nil {
+		return DecisionAccepted{}, err
+	}
 	if a.Status != "pending" {
-		s.fail(w, r, &httpError{http.StatusConflict, "approval_not_pending", "approval " + id + " is " + a.Status})
-		return
+		return DecisionAccepted{}, &httpError{http.StatusConflict, "approval_not_pending", "approval " + id + " is " + a.Status}
 	}
 	if !s.clock().Before(a.ExpiresAt) {
-		s.fail(w, r, &httpError{http.StatusConflict, "approval_expired", "approval " + id + " expired at " + a.ExpiresAt.Format(time.RFC3339)})
-		return
+		return DecisionAccepted{}, &httpError{http.StatusConflict, "approval_expired", "approval " + id + " expired at " + a.ExpiresAt.Format(time.RFC3339)}
 	}
-	if err := s.p.Runs.Decide(r.Context(), runs.DecideRequest{ApprovalID: id, Tenant: p.Tenant, Decider: p.User,
+	if err := s.p.Runs.Decide(ctx, runs.DecideRequest{ApprovalID: id, Tenant: p.Tenant, Decider: p.User,
 		Decision: req.Decision, Args: req.Args, Comment: req.Comment}); err != nil {
-		s.fail(w, r, err)
-		return
+		return DecisionAccepted{}, err
 	}
-	writeJSON(w, http.StatusAccepted, DecisionAccepted{ApprovalID: id, RunID: run.ID, Decision: req.Decision, Decider: p.User})
+	return DecisionAccepted{ApprovalID: id, RunID: run.ID, Decision: req.Decision, Decider: p.User}, nil
 }

@@ -100,8 +100,9 @@ func NewAPIKey(tenant, user, name string, scopes []string, now time.Time) (strin
 	return apiKeyPrefix + id + "_" + secret, rec, nil
 }
 
-// errUnauthenticated is answered with 401 and never says why in detail.
-var errUnauthenticated = errors.New("missing or invalid credentials")
+// ErrUnauthenticated: the credential is missing or not valid. It is
+// answered with 401 and never says why in detail.
+var ErrUnauthenticated = errors.New("missing or invalid credentials")
 
 // authenticator turns a bearer token into a Principal.
 type authenticator struct {
@@ -121,34 +122,64 @@ func newAuthenticator(keys store.APIStore, cfg []IssuerConfig, client *http.Clie
 func (a *authenticator) authenticate(r *http.Request) (*Principal, error) {
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
-		return nil, errUnauthenticated
+	if !ok {
+		return nil, ErrUnauthenticated
 	}
-	if strings.HasPrefix(tok, apiKeyPrefix) {
-		return a.apiKey(r.Context(), tok)
+	return a.token(r.Context(), tok)
+}
+
+// token authenticates a bearer credential: an API key or a JWT.
+func (a *authenticator) token(ctx context.Context, tok string) (*Principal, error) {
+	switch {
+	case tok == "":
+		return nil, ErrUnauthenticated
+	case strings.HasPrefix(tok, apiKeyPrefix):
+		return a.apiKey(ctx, tok)
+	case strings.Count(tok, ".") == 2:
+		return a.jwt(ctx, tok)
 	}
-	if strings.Count(tok, ".") == 2 {
-		return a.jwt(r.Context(), tok)
-	}
-	return nil, errUnauthenticated
+	return nil, ErrUnauthenticated
+}
+
+// Authenticate turns a bearer credential (an API key, or a JWT of an
+// issuer the config trusts) into its principal, as the API authenticates
+// an Authorization header: ErrUnauthenticated when it is not valid (a
+// store that cannot be asked is store.ErrUnavailable). The stdio MCP
+// server authenticates its caller's key with it once, at start.
+func (s *Server) Authenticate(ctx context.Context, token string) (*Principal, error) {
+	return s.auth.token(ctx, token)
+}
+
+type principalKey struct{}
+
+// WithPrincipal returns ctx carrying p; PrincipalFrom reads it back. The
+// API hands the handler mounted at /mcp its authenticated caller this way.
+func WithPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// PrincipalFrom returns the principal WithPrincipal put in ctx, or nil.
+func PrincipalFrom(ctx context.Context) *Principal {
+	p, _ := ctx.Value(principalKey{}).(*Principal)
+	return p
 }
 
 func (a *authenticator) apiKey(ctx context.Context, tok string) (*Principal, error) {
 	rest := strings.TrimPrefix(tok, apiKeyPrefix)
 	id, secret, ok := strings.Cut(rest, "_")
 	if !ok || id == "" || secret == "" {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	k, err := a.keys.GetAPIKey(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	if err != nil {
 		return nil, err
 	}
 	sum := sha256.Sum256([]byte(secret))
 	if subtle.ConstantTimeCompare(sum[:], k.SecretHash[:]) != 1 || !k.RevokedAt.IsZero() {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	return &Principal{Tenant: k.Tenant, User: k.User, Scopes: k.Scopes, Via: "api_key:" + k.ID}, nil
 }
@@ -161,15 +192,15 @@ var jwtAlgorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512
 func (a *authenticator) jwt(ctx context.Context, raw string) (*Principal, error) {
 	tok, err := jwt.ParseSigned(raw, jwtAlgorithms)
 	if err != nil || len(tok.Headers) != 1 {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	var unverified jwt.Claims
 	if err := tok.UnsafeClaimsWithoutVerification(&unverified); err != nil {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	is := a.issuers[unverified.Issuer]
 	if is == nil {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	keys, err := is.keysFor(ctx, tok.Headers[0].KeyID)
 	if err != nil {
@@ -185,14 +216,14 @@ func (a *authenticator) jwt(ctx context.Context, raw string) (*Principal, error)
 		}
 	}
 	if !verified {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	if std.Expiry == nil {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	exp := jwt.Expected{Issuer: is.cfg.Issuer, AnyAudience: jwt.Audience{is.cfg.Audience}, Time: a.clock()}
 	if err := std.ValidateWithLeeway(exp, 30*time.Second); err != nil {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	claim := func(name string) string {
 		if name == "sub" {
@@ -206,11 +237,11 @@ func (a *authenticator) jwt(ctx context.Context, raw string) (*Principal, error)
 	if p.Tenant == "" {
 		p.Tenant = claim(is.cfg.TenantClaim)
 		if len(is.cfg.AllowedTenants) > 0 && !slices.Contains(is.cfg.AllowedTenants, p.Tenant) {
-			return nil, errUnauthenticated
+			return nil, ErrUnauthenticated
 		}
 	}
 	if p.Tenant == "" || p.User == "" {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	expiry := std.Expiry.Time()
 	p.expires = &expiry
@@ -271,7 +302,7 @@ func (is *issuer) keysFor(ctx context.Context, kid string) ([]jose.JSONWebKey, e
 		}
 	}
 	if len(found) == 0 {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	return found, nil
 }

@@ -84,34 +84,7 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 		s.fail(w, r, err)
 		return
 	}
-	if req.Mode == "" {
-		req.Mode = "async"
-	}
-	if req.Mode != "stream" && req.Mode != "async" {
-		s.fail(w, r, badRequest("mode must be stream or async"))
-		return
-	}
-	ref, err := agentRef(&req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	task, err := taskOf(&req)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if err := s.agentVisible(r.Context(), p, req.Agent); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > maxIdempotencyKey || strings.ContainsFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
-		s.fail(w, r, badRequest("Idempotency-Key must be at most %d printable ASCII characters", maxIdempotencyKey))
-		return
-	}
-	run, replayed, err := s.createRun(r.Context(), p, key, body, runs.StartRequest{Agent: ref, Task: task,
-		Tenant: p.Tenant, User: p.User, Mode: req.Mode, Bindings: req.Bindings, Admin: p.Has(ScopeAdmin)})
+	run, replayed, err := s.startRun(r.Context(), p, &req, r.Header.Get("Idempotency-Key"), body)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -135,6 +108,50 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 		w.Header()[k] = v
 	}
 	writeJSON(w, http.StatusAccepted, toRun(run))
+}
+
+// StartRun starts a run as p, as POST /v1/runs does (the agent must be
+// visible to the tenant, quotas admit it, an idempotency key returns the
+// run it created before), and returns it and whether the key had created
+// it already. The run is async unless req.Mode says stream, whose events
+// the caller reads itself.
+func (s *Server) StartRun(ctx context.Context, p *Principal, req CreateRunRequest, idempotencyKey string) (Run, bool, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Run{}, false, badRequest("the request is not JSON: %v", err)
+	}
+	run, replayed, err := s.startRun(ctx, p, &req, idempotencyKey, body)
+	if err != nil {
+		return Run{}, false, err
+	}
+	return toRun(run), replayed, nil
+}
+
+// startRun checks a create request and creates its run; body is the
+// request as sent, which an idempotency key is bound to.
+func (s *Server) startRun(ctx context.Context, p *Principal, req *CreateRunRequest, key string, body []byte) (*store.Run, bool, error) {
+	if req.Mode == "" {
+		req.Mode = "async"
+	}
+	if req.Mode != "stream" && req.Mode != "async" {
+		return nil, false, badRequest("mode must be stream or async")
+	}
+	ref, err := agentRef(req)
+	if err != nil {
+		return nil, false, err
+	}
+	task, err := taskOf(req)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.agentVisible(ctx, p, req.Agent); err != nil {
+		return nil, false, err
+	}
+	if len(key) > maxIdempotencyKey || strings.ContainsFunc(key, func(c rune) bool { return c < 0x21 || c > 0x7e }) {
+		return nil, false, badRequest("Idempotency-Key must be at most %d printable ASCII characters", maxIdempotencyKey)
+	}
+	return s.createRun(ctx, p, key, body, runs.StartRequest{Agent: ref, Task: task,
+		Tenant: p.Tenant, User: p.User, Mode: req.Mode, Bindings: req.Bindings, Admin: p.Has(ScopeAdmin)})
 }
 
 // createRun admits and creates a run, or finds the run an earlier request
@@ -240,25 +257,34 @@ func (s *Server) runOf(ctx context.Context, p *Principal, id string) (*store.Run
 }
 
 func handleGetRun(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
-	run, err := s.runOf(r.Context(), p, params["run_id"])
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	safe, err := renderSafe(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	pol, err := s.renderPolicy(r.Context(), p)
+	out, err := s.GetRun(r.Context(), p, params["run_id"], safe)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	evs, err := s.st.Events(r.Context(), run.ID, 0, 0)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// GetRun reads one of p's tenant's runs as GET /v1/runs/{run_id} answers
+// it: status, usage, output (neutralised when safe), output flags and the
+// pending approvals. Another tenant's run is not found.
+func (s *Server) GetRun(ctx context.Context, p *Principal, id string, safe bool) (Run, error) {
+	run, err := s.runOf(ctx, p, id)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return Run{}, err
+	}
+	pol, err := s.renderPolicy(ctx, p)
+	if err != nil {
+		return Run{}, err
+	}
+	evs, err := s.st.Events(ctx, run.ID, 0, 0)
+	if err != nil {
+		return Run{}, err
 	}
 	out := toRun(run)
 	out.OutputFlags = outputFlags(pol, evs)
@@ -272,7 +298,7 @@ func handleGetRun(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 func handleListRuns(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, _ map[string]string) {
@@ -384,22 +410,46 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		}
 		return
 	}
-	limit, err := intParam(r.URL.Query().Get("limit"), 1000, 5000)
+	limit, err := intParam(r.URL.Query().Get("limit"), 1000, MaxEventsPage)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	out, err := s.RunEvents(r.Context(), p, run.ID, after, limit, safe)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// MaxEventsPage bounds the events one read returns.
+const MaxEventsPage = 5000
+
+// RunEvents reads the events of p's tenant's run after the sequence number
+// after, at most limit of them (1 to MaxEventsPage), as GET
+// /v1/runs/{run_id}/events answers them as JSON; safe neutralises every
+// string of their payloads for display.
+func (s *Server) RunEvents(ctx context.Context, p *Principal, id string, after int64, limit int, safe bool) (EventList, error) {
+	if after < 0 {
+		return EventList{}, badRequest("after must be a non-negative event sequence number")
+	}
+	if limit < 1 || limit > MaxEventsPage {
+		return EventList{}, badRequest("limit must be between 1 and %d", MaxEventsPage)
+	}
+	run, err := s.runOf(ctx, p, id)
+	if err != nil {
+		return EventList{}, err
 	}
 	var pol *render.Policy
 	if safe {
-		if pol, err = s.renderPolicy(r.Context(), p); err != nil {
-			s.fail(w, r, err)
-			return
+		if pol, err = s.renderPolicy(ctx, p); err != nil {
+			return EventList{}, err
 		}
 	}
-	evs, err := s.st.Events(r.Context(), run.ID, after, limit)
+	evs, err := s.st.Events(ctx, run.ID, after, limit)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return EventList{}, err
 	}
 	out := EventList{Events: make([]Event, 0, len(evs)), Status: run.Status}
 	for i := range evs {
@@ -412,7 +462,7 @@ func handleEvents(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 	if safe {
 		out.Render = "safe"
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out, nil
 }
 
 // handleBlob returns a blob the run's log refers to. Blobs are kept per
@@ -501,13 +551,12 @@ func handleMessage(s *Server, w http.ResponseWriter, r *http.Request, p *Princip
 		s.fail(w, r, err)
 		return
 	}
-	if strings.TrimSpace(req.Text) == "" || len(req.Text) > 64<<10 {
-		s.fail(w, r, badRequest("text is required, at most 64 KiB"))
+	out, err := s.Message(r.Context(), p, params["run_id"], req.Text)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	s.signal(w, r, p, params["run_id"], trace.SignalMessage, func(ctx context.Context, run *store.Run) (*store.Run, error) {
-		return s.p.Runs.Message(ctx, runs.MessageRequest{RunID: run.ID, Tenant: p.Tenant, Text: req.Text})
-	})
+	writeJSON(w, http.StatusAccepted, out)
 }
 
 func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
@@ -518,33 +567,53 @@ func handleCancel(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 			return
 		}
 	}
-	if len(req.Reason) > 4096 {
-		s.fail(w, r, badRequest("reason is longer than 4096 bytes"))
+	out, err := s.Cancel(r.Context(), p, params["run_id"], req.Reason)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	s.signal(w, r, p, params["run_id"], trace.SignalCancel, func(ctx context.Context, run *store.Run) (*store.Run, error) {
-		return s.p.Runs.Cancel(ctx, runs.CancelRequest{RunID: run.ID, Tenant: p.Tenant, By: p.User, Reason: req.Reason})
+	writeJSON(w, http.StatusAccepted, out)
+}
+
+// Message adds text from p's user to p's tenant's run id, read at its next
+// step, as POST /v1/runs/{run_id}/messages does; a run that has ended is a
+// conflict.
+func (s *Server) Message(ctx context.Context, p *Principal, id, text string) (SignalAccepted, error) {
+	if strings.TrimSpace(text) == "" || len(text) > 64<<10 {
+		return SignalAccepted{}, badRequest("text is required, at most 64 KiB")
+	}
+	return s.signal(ctx, p, id, trace.SignalMessage, func(ctx context.Context, run *store.Run) (*store.Run, error) {
+		return s.p.Runs.Message(ctx, runs.MessageRequest{RunID: run.ID, Tenant: p.Tenant, Text: text})
+	})
+}
+
+// Cancel asks p's tenant's run id to stop at its next step boundary, as
+// POST /v1/runs/{run_id}:cancel does; a run that has ended is a conflict.
+func (s *Server) Cancel(ctx context.Context, p *Principal, id, reason string) (SignalAccepted, error) {
+	if len(reason) > 4096 {
+		return SignalAccepted{}, badRequest("reason is longer than 4096 bytes")
+	}
+	return s.signal(ctx, p, id, trace.SignalCancel, func(ctx context.Context, run *store.Run) (*store.Run, error) {
+		return s.p.Runs.Cancel(ctx, runs.CancelRequest{RunID: run.ID, Tenant: p.Tenant, By: p.User, Reason: reason})
 	})
 }
 
 // signal finds the caller's run and sends it kind through send (a use
 // case of package runs); a run that has ended is a 409.
-func (s *Server) signal(w http.ResponseWriter, r *http.Request, p *Principal, runID, kind string,
-	send func(context.Context, *store.Run) (*store.Run, error)) {
-	run, err := s.runOf(r.Context(), p, runID)
+func (s *Server) signal(ctx context.Context, p *Principal, runID, kind string,
+	send func(context.Context, *store.Run) (*store.Run, error)) (SignalAccepted, error) {
+	run, err := s.runOf(ctx, p, runID)
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return SignalAccepted{}, err
 	}
-	run, err = send(r.Context(), run)
+	run, err = send(ctx, run)
 	if errors.Is(err, runs.ErrRunEnded) {
 		err = conflict("%v", err)
 	}
 	if err != nil {
-		s.fail(w, r, err)
-		return
+		return SignalAccepted{}, err
 	}
-	writeJSON(w, http.StatusAccepted, SignalAccepted{RunID: run.ID, Kind: kind, Status: run.Status})
+	return SignalAccepted{RunID: run.ID, Kind: kind, Status: run.Status}, nil
 }
 
 func handleReplay(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
@@ -553,41 +622,66 @@ func handleReplay(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 		s.fail(w, r, err)
 		return
 	}
-	orig, err := s.runOf(r.Context(), p, params["run_id"])
+	run, err := s.Replay(r.Context(), p, params["run_id"], req)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	w.Header().Set("Location", "/v1/runs/"+run.ID)
+	writeJSON(w, http.StatusAccepted, run)
+}
+
+// Replay starts an execution replay of p's tenant's ended run id, as POST
+// /v1/runs/{run_id}:replay does (quotas admit it; runs.Service.Replay
+// checks the rest) and returns the new run.
+func (s *Server) Replay(ctx context.Context, p *Principal, id string, req ReplayRequest) (Run, error) {
+	orig, err := s.runOf(ctx, p, id)
+	if err != nil {
+		return Run{}, err
 	}
 	ref := ""
 	if len(req.Version) > 0 {
 		c := CreateRunRequest{Agent: orig.Agent, Version: req.Version}
 		if ref, err = agentRef(&c); err != nil {
-			s.fail(w, r, err)
-			return
+			return Run{}, err
 		}
 	}
 	unlock := s.admits.lock(p.Tenant)
 	defer unlock()
-	if err := s.admit(r.Context(), p.Tenant); err != nil {
-		s.fail(w, r, err)
-		return
+	if err := s.admit(ctx, p.Tenant); err != nil {
+		return Run{}, err
 	}
-	run, err := s.p.Runs.Replay(r.Context(), runs.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
+	run, err := s.p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
 		ModelAlias: req.ModelAlias, Instructions: req.Instructions, Mode: req.Mode, Mocks: req.Mocks, Tenant: p.Tenant, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
 		if ve := versionError(err); ve != nil {
-			s.fail(w, r, ve)
-			return
+			return Run{}, ve
 		}
 		if errors.Is(err, store.ErrNotFound) {
-			s.fail(w, r, notFound("run"))
-			return
+			return Run{}, notFound("run")
 		}
-		s.fail(w, r, &httpError{http.StatusUnprocessableEntity, "invalid_replay", err.Error()})
-		return
+		return Run{}, &httpError{http.StatusUnprocessableEntity, "invalid_replay", err.Error()}
 	}
-	w.Header().Set("Location", "/v1/runs/"+run.ID)
-	writeJSON(w, http.StatusAccepted, toRun(run))
+	return toRun(run), nil
+}
+
+// VerifyRun checks p's tenant's run id as agentplane trace verify does:
+// the hash chain, every blob its log names (hashed as read, from the
+// tenant's blobs) and every prompt rebuilt from the log against its
+// recorded hash. A queued run with no events has nothing to verify: its
+// report counts no events and holds no problems.
+func (s *Server) VerifyRun(ctx context.Context, p *Principal, id string) (*trace.Report, error) {
+	run, err := s.runOf(ctx, p, id)
+	if err != nil {
+		return nil, err
+	}
+	src := trace.SourceFor(s.st, run.Tenant)
+	if run.Status == store.StatusQueued {
+		if evs, err := src.Events(ctx, run.ID, 0, 1); err == nil && len(evs) == 0 {
+			return &trace.Report{}, nil
+		}
+	}
+	return trace.Verify(ctx, src, run.ID)
 }
 
 // errAgentNotFound keeps another tenant's agents invisible.

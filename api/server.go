@@ -136,7 +136,16 @@ type Options struct {
 	// (Prometheus metrics of every tenant, so no tenant's key opens it).
 	// Empty turns /metrics off (404). See docs/design/telemetry.md.
 	MetricsToken string
+	// MCP, when set, builds the handler served at MCPPath (the MCP server
+	// over Streamable HTTP, package mcpserver) over this server. Requests
+	// to it are authenticated like the API's, from the Authorization
+	// header only (never a browser session), and the handler finds its
+	// caller with PrincipalFrom.
+	MCP func(*Server) (http.Handler, error)
 }
+
+// MCPPath is where Options.MCP is served.
+const MCPPath = "/mcp"
 
 // Server serves the API and runs the workers.
 type Server struct {
@@ -152,6 +161,8 @@ type Server struct {
 	hooks  *dispatcher
 	// corsOrigins are the origins CORS answers (Options and config).
 	corsOrigins []string
+	// mcp is Options.MCP's handler (nil: none).
+	mcp http.Handler
 
 	// admits serialises admission per tenant (check quotas, then create).
 	admits stripes
@@ -241,6 +252,13 @@ func New(o Options) (*Server, error) {
 	s.router = newRouter(Routes())
 	s.hub = newHub(st, o.Logger)
 	s.hooks = newDispatcher(s)
+	if o.MCP != nil {
+		h, err := o.MCP(s)
+		if err != nil {
+			return nil, fmt.Errorf("api: the MCP server: %w", err)
+		}
+		s.mcp = h
+	}
 	return s, nil
 }
 
@@ -371,6 +389,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveMetrics(w, r)
 		return
 	}
+	if r.URL.Path == MCPPath && s.mcp != nil {
+		s.serveMCP(w, r)
+		return
+	}
 	if s.cors(w, r) {
 		return
 	}
@@ -392,24 +414,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var p *Principal
 	if rt.Scope != "" {
-		var err error
-		p, err = s.authenticate(r)
-		if err != nil {
-			if errors.Is(err, store.ErrUnavailable) {
-				// The key could not be looked up: not the client's fault.
-				s.log.Warn("authenticate: store unavailable", "err", err)
-				writeUnavailable(w)
-				return
-			}
-			if !errors.Is(err, errUnauthenticated) {
-				s.log.Warn("authenticate", "err", err)
-			}
-			w.Header().Set("WWW-Authenticate", `Bearer realm="agentplane"`)
-			w.Header().Set("Connection", "close") // an unauthenticated client keeps no connection
-			refuse(w, r, http.StatusUnauthorized, "unauthenticated", errUnauthenticated.Error())
+		var ok bool
+		if p, ok = s.principal(w, r, s.authenticate); !ok {
 			return
 		}
-		markAuthenticated(r)
 		if !p.Has(rt.Scope) {
 			refuse(w, r, http.StatusForbidden, "forbidden", "this credential lacks the scope "+rt.Scope)
 			return
@@ -421,13 +429,59 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	s.bodyDeadline(w, r)
+	rt.handle(s, w, r, p, params)
+}
+
+// principal authenticates r with authn and marks its connection
+// authenticated; otherwise it answers (401, or 503 when the store cannot
+// be asked) and reports false. The body is never read before.
+func (s *Server) principal(w http.ResponseWriter, r *http.Request, authn func(*http.Request) (*Principal, error)) (*Principal, bool) {
+	p, err := authn(r)
+	if err != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			// The key could not be looked up: not the client's fault.
+			s.log.Warn("authenticate: store unavailable", "err", err)
+			writeUnavailable(w)
+			return nil, false
+		}
+		if !errors.Is(err, ErrUnauthenticated) {
+			s.log.Warn("authenticate", "err", err)
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentplane"`)
+		w.Header().Set("Connection", "close") // an unauthenticated client keeps no connection
+		msg := ErrUnauthenticated.Error()
+		if r.URL.Path == MCPPath {
+			msg += ": " + MCPPath + " takes an agentplane API key (or a JWT of a trusted issuer) as Authorization: Bearer KEY, as /v1 does"
+		}
+		refuse(w, r, http.StatusUnauthorized, "unauthenticated", msg)
+		return nil, false
+	}
+	markAuthenticated(r)
+	return p, true
+}
+
+// serveMCP serves Options.MCP's handler to a caller authenticated by the
+// Authorization header (a session cookie is not enough: no browser page
+// may drive the MCP server with a user's session). Each tool checks the
+// scope it needs.
+func (s *Server) serveMCP(w http.ResponseWriter, r *http.Request) {
+	p, ok := s.principal(w, r, s.auth.authenticate)
+	if !ok {
+		return
+	}
+	s.bodyDeadline(w, r)
+	s.mcp.ServeHTTP(w, r.WithContext(WithPrincipal(r.Context(), p)))
+}
+
+// bodyDeadline bounds reading an authenticated request's body.
+func (s *Server) bodyDeadline(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		// Only a request with a body: on one without, the server is
 		// already reading ahead to see the client leave, and a deadline
 		// would end that read (and the request's context).
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.o.BodyTimeout))
 	}
-	rt.handle(s, w, r, p, params)
 }
 
 // refuseLinger is how long, after refusing a request with a body, the
@@ -482,34 +536,55 @@ func conflict(format string, args ...any) error {
 	return &httpError{http.StatusConflict, "conflict", fmt.Sprintf(format, args...)}
 }
 
-// fail answers err: an *httpError or *quotaError as it says, store
-// sentinels by their meaning, anything else as a 500 that is logged.
+// fail answers err (see Failure); a client that went away gets nothing.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var qe *quotaError
+	if errors.As(err, &qe) {
+		qe.write(w)
+		return
+	}
+	status, body := s.Failure(err)
+	switch {
+	case status == http.StatusServiceUnavailable && body.Code == "store_unavailable":
+		// Never a 4xx, and never the driver's words: the client retries.
+		s.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeUnavailable(w)
+	case status == http.StatusInternalServerError && r.Context().Err() != nil:
+		// The client went away; nobody reads the answer.
+	case status == http.StatusInternalServerError:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, status, body.Code, body.Message)
+	default:
+		writeError(w, status, body.Code, body.Message)
+	}
+}
+
+// Failure is how the API answers an error of one of its operations: an
+// *httpError or a quota refusal as it says, store and use-case sentinels
+// by their meaning, anything else as a 500 whose message says nothing of
+// the cause (the caller logs it). Front ends other than HTTP (the MCP
+// server) answer with the same code and message.
+func (s *Server) Failure(err error) (int, ErrorBody) {
 	var he *httpError
 	var qe *quotaError
 	switch {
 	case errors.As(err, &qe):
-		qe.write(w)
+		return http.StatusTooManyRequests, ErrorBody{Code: "quota_exceeded", Message: qe.msg, Quota: qe.quota, Limit: qe.limit, Used: qe.used,
+			RetryAfter: int64(qe.retryAfter.Round(time.Second) / time.Second)}
 	case errors.As(err, &he):
-		writeError(w, he.status, he.code, he.msg)
+		return he.status, ErrorBody{Code: he.code, Message: he.msg}
 	case errors.Is(err, store.ErrUnavailable):
-		// Never a 4xx, and never the driver's words: the client retries.
-		s.log.Warn("store unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeUnavailable(w)
+		return http.StatusServiceUnavailable, ErrorBody{Code: "store_unavailable", Message: "the run store is unavailable; retry after the time in Retry-After"}
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", "not found")
+		return http.StatusNotFound, ErrorBody{Code: "not_found", Message: "not found"}
 	case errors.Is(err, store.ErrConflict):
-		writeError(w, http.StatusConflict, "conflict", err.Error())
+		return http.StatusConflict, ErrorBody{Code: "conflict", Message: err.Error()}
 	case errors.Is(err, runs.ErrApprovalNotPending):
-		writeError(w, http.StatusConflict, "approval_not_pending", err.Error())
+		return http.StatusConflict, ErrorBody{Code: "approval_not_pending", Message: err.Error()}
 	case errors.Is(err, runs.ErrNotApprover):
-		writeError(w, http.StatusForbidden, "not_approver", err.Error())
-	case r.Context().Err() != nil:
-		// The client went away; nobody reads the answer.
-	default:
-		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, "internal", "internal error")
+		return http.StatusForbidden, ErrorBody{Code: "not_approver", Message: err.Error()}
 	}
+	return http.StatusInternalServerError, ErrorBody{Code: "internal", Message: "internal error"}
 }
 
 // storeRetryAfter is the Retry-After, in seconds, of a 503 answered

@@ -78,12 +78,12 @@ func (s *Server) cookieName(r *http.Request) string {
 func (s *Server) sessionPrincipal(r *http.Request) (*Principal, error) {
 	c, err := r.Cookie(s.cookieName(r))
 	if err != nil || c.Value == "" || len(c.Value) > 128 {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	h := sessionIDHash(c.Value)
 	rec, err := s.st.GetSession(r.Context(), h)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func (s *Server) sessionPrincipal(r *http.Request) (*Principal, error) {
 		if err := s.st.DeleteSession(context.WithoutCancel(r.Context()), h); err != nil {
 			s.log.Warn("delete ended session", "err", err)
 		}
-		return nil, errUnauthenticated
+		return nil, ErrUnauthenticated
 	}
 	return &Principal{Tenant: rec.Tenant, User: rec.User, Scopes: slices.Clone(rec.Scopes), Via: "session:" + rec.Via,
 		session: &session{idHash: h, csrf: sessionCSRF(c.Value), rec: rec}}, nil

@@ -41,6 +41,7 @@ export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
 # sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
 . scripts/sandboxes.sh
 . scripts/setup-mcp.sh
+. scripts/setup-mcp-inspector.sh # the MCP Inspector CLI that checks agentplane mcp serve (exports AGENTPLANE_MCP_INSPECTOR)
 . scripts/setup-chromium.sh # the run viewer's browser tests (web/); exports AGENTPLANE_CHROMIUM
 . scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
 . scripts/setup-s3.sh # versitygw, the S3-compatible server of the blob tests (exports AGENTPLANE_S3_SERVER)

@@ -33,6 +33,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.remote(cmd, rest)
 	case "serve":
 		err = c.serve(rest)
+	case "mcp":
+		err = c.mcp(rest)
 	case "apikey":
 		err = c.apikey(rest)
 	case "agents":
@@ -130,7 +132,9 @@ Usage:
   agentplane edit APPROVAL --as USER --args JSON   approve it with changed arguments (checked by the broker again)
   agentplane cancel RUN | message RUN --text T     signal a run (takes effect at its next step)
   agentplane bank                                  the demo's simulated bank: what it did, counted
-  agentplane serve [--addr A] [--config FILE]      the HTTP API and the workers in one process
+  agentplane serve [--addr A] [--config FILE]      the HTTP API and the workers in one process; MCP at /mcp
+  agentplane mcp serve --stdio                     agentplane's runs, approvals, trace and replay as MCP tools, as the
+                                                   principal of the key in AGENTPLANE_TOKEN or --token-file
   agentplane apikey create --tenant T --user U     an API key (stored hashed, shown once); list; revoke ID
   agentplane users set TENANT USER --scopes S,...  who an agent may act for: scopes, --groups, --bind ARG=VALUE
   agentplane users list | users secret set T CONN  the users; connector secrets credentials are minted from
@@ -216,7 +220,8 @@ var usageLines = map[string]string{
 	"replay diff":  "agentplane replay diff RUN_A RUN_B",
 	"run":          "agentplane run AGENT --task TEXT [--user U] [--tenant T] [--bind NAME=VALUE] [--admin] [--json] [--detach]",
 	"runs":         "agentplane runs [--status S] [--tenant T] [--prompt-hash H] [--json] | runs RUN|last [--json]",
-	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--store postgres://...] [--engine temporal://...] [--workers N] [--models FILE] [--...-timeout D] [--max-...-per-client N]",
+	"serve":        "agentplane serve [--addr HOST:PORT] [--config api.yaml] [--store postgres://...] [--engine temporal://...] [--workers N] [--models FILE] [--mcp=false] [--...-timeout D] [--max-...-per-client N]",
+	"mcp serve":    "agentplane mcp serve --stdio [--token-file FILE] [--workers N] [--config api.yaml] [--store postgres://...] [--engine temporal://...] [--models FILE]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
 	"connectors":   "agentplane connectors add -f CONNECTOR.yaml --overlays OVERLAYS.yaml | list | show NAME | diff NAME | review NAME --as USER [--hash H] [--overlays F] | remove NAME [--tenant T] [--json]",
@@ -267,7 +272,7 @@ func exitStatus(name string) string {
 
 // executesRuns names the commands that execute runs, and so take the model,
 // lease and sandbox flags; the others only read or change stored state.
-var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true}
+var executesRuns = map[string]bool{"run": true, "worker": true, "serve": true, "demo": true, "eval run": true, "replay": true, "mcp serve": true}
 
 // useConfig takes the store and the engine from the API config where no
 // flag or environment variable named them.

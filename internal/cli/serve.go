@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/mcpserver"
 	"github.com/agentplane/agentplane/store/postgres"
 	"github.com/agentplane/agentplane/web"
 )
@@ -41,6 +42,7 @@ func (c *command) serve(args []string) error {
 	corsOrigins := fs.String("cors-origins", "", "comma-separated origins (https://host[:port]) whose pages may call the API with credentials (default none: CORS off; also cors_origins in the config)")
 	secureCookies := fs.Bool("secure-cookies", false, "mark the viewer's session cookies Secure on plain HTTP too (behind a proxy that terminates TLS)")
 	sessionTTL := fs.Duration("session-ttl", 12*time.Hour, "how long a browser session lasts from sign-in")
+	serveMCP := fs.Bool("mcp", true, "serve the MCP server (agentplane's runs, approvals, trace and replay as tools) over Streamable HTTP at "+api.MCPPath+", authenticated like /v1 (Authorization: Bearer KEY)")
 	metricsToken := fs.String("metrics-token-file", "", "file holding the operator's bearer token for GET /metrics (Prometheus; without it /metrics is off)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -75,11 +77,15 @@ func (c *command) serve(args []string) error {
 	}
 	defer p.Close()
 	c.warnNoModels(p, &cm)
-	srv, err := api.New(api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
+	ao := api.Options{Platform: p, Config: cfg, Logger: logger, Clock: clock, Workers: *workers,
 		InteractiveWorkers: *interactive, LeaseTTL: cm.leaseTTL, AllowPrivateWebhooks: *allowPrivate,
 		ReadHeaderTimeout: *headerTimeout, BodyTimeout: *bodyTimeout, WriteTimeout: *writeTimeout, IdleTimeout: *idleTimeout,
 		MaxHeaderBytes: *maxHeader, MaxConnsPerClient: *maxConns, MaxUnauthenticatedConnsPerClient: *maxUnauth,
-		UI: web.Handler(), SessionTTL: *sessionTTL, SecureCookies: *secureCookies, CORSOrigins: splitList(*corsOrigins), MetricsToken: token})
+		UI: web.Handler(), SessionTTL: *sessionTTL, SecureCookies: *secureCookies, CORSOrigins: splitList(*corsOrigins), MetricsToken: token}
+	if *serveMCP {
+		ao.MCP = mcpserver.Mount(mcpserver.Options{Logger: logger})
+	}
+	srv, err := api.New(ao)
 	if err != nil {
 		return err
 	}
@@ -97,6 +103,9 @@ func (c *command) serve(args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(srv.Listener(ln)) }()
 	fmt.Fprintf(c.out, "agentplane: serving http://%s (data %s, store %s, engine %s); run viewer at http://%s/ui/\n", ln.Addr(), cm.data, storeName(cm.store), engineName(cm.engine), ln.Addr())
+	if *serveMCP {
+		fmt.Fprintf(c.out, "agentplane: MCP server (Streamable HTTP) at http://%s%s\n", ln.Addr(), api.MCPPath)
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-served:
