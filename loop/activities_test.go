@@ -33,7 +33,7 @@ func TestActivityInputsRoundTrip(t *testing.T) {
 		loop.ModelCallInput{Request: req, Delta: []int64{1, 2}, Alias: "m", Currency: "USD",
 			Attribution: model.Attribution{Tenant: "t1", RunID: "run_1", Step: 2, Budget: model.Budget{MaxInputTokens: 10, MaxCost: model.Money{Micros: 9, Currency: "USD"}}}},
 		loop.DecideInput{Run: run, Step: 2, Index: 1, CallID: "toolu_1", Tool: "echo", Manifest: "ab", Args: []byte(`{"text":"x"}`),
-			ArgsHash: "cd", Key: "run_1:2:1", State: state, Refusal: &dec},
+			ArgsHash: "cd", Key: "run_1:2:1", State: state, Decided: &dec},
 		loop.DecideInput{Run: run, Tool: "echo", Args: []byte("{not json")},
 		loop.ExecuteInput{Run: run, Step: 2, Index: 1, CallID: "toolu_1", Tool: "echo", Manifest: "ab", Args: []byte(`{}`), Key: "run_1:2:1",
 			Decision: dec, Bindings: map[string]string{"customer_id": "c1"}, Handles: []string{"ef"}, ReplayLive: true},

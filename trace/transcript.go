@@ -14,9 +14,14 @@ import (
 // only place that decides how events become prompt text: the loop feeds it as
 // the run goes, and `agentplane trace` feeds it the recorded log.
 type Transcript struct {
-	load     func(Content) ([]byte, error)
-	System   string
-	Tools    []model.ToolDef
+	load   func(Content) ([]byte, error)
+	System string
+	// Tools are the tools offered: those of run_started (the cached
+	// prefix), then those tool searches loaded.
+	Tools []model.ToolDef
+	// prefix is how many of Tools run_started offered, once a search has
+	// loaded more (-1 before).
+	prefix   int
 	messages []model.Message
 	pending  []int64 // seqs added since the last model call
 	// held are user messages (signals) waiting for the next step boundary:
@@ -34,7 +39,7 @@ type heldMessage struct {
 // prompt and tool definitions have been loaded.
 // load fetches blob content (tool results the model sees in full).
 func NewTranscript(system string, tools []model.ToolDef, load func(Content) ([]byte, error)) *Transcript {
-	return &Transcript{System: system, Tools: tools, load: load}
+	return &Transcript{System: system, Tools: tools, load: load, prefix: -1}
 }
 
 // Messages returns the current messages. The slice must not be modified.
@@ -114,6 +119,27 @@ func (t *Transcript) Add(ev *store.Event) error {
 		}
 		t.held = append(t.held, heldMessage{ev.Seq, "Message from the user: " + m.Text})
 		return nil
+	case EvToolsLoaded:
+		var p ToolsLoaded
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if len(p.Loaded) == 0 {
+			return nil
+		}
+		data, err := t.load(p.Defs)
+		if err != nil {
+			return fmt.Errorf("loaded tools at seq %d: %w", ev.Seq, err)
+		}
+		var defs []model.ToolDef
+		if err := json.Unmarshal(data, &defs); err != nil {
+			return fmt.Errorf("loaded tools at seq %d: %w", ev.Seq, err)
+		}
+		if t.prefix < 0 {
+			t.prefix = len(t.Tools)
+		}
+		// A new slice: requests already built keep the tools they had.
+		t.Tools = append(t.Tools[:len(t.Tools):len(t.Tools)], defs...)
 	case EvCompaction:
 		var p Compaction
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
@@ -166,8 +192,12 @@ func (t *Transcript) modelView(c Content, truncated bool) (string, error) {
 // prefix still matches, and ForbidToolCalls tells the model it may not use
 // them.
 func (t *Transcript) Request(noTools bool) *model.Request {
-	return &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...),
+	req := &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...),
 		Tools: t.Tools, ForbidToolCalls: noTools}
+	if t.prefix >= 0 {
+		req.CachedTools = t.prefix
+	}
+	return req
 }
 
 // PromptHash identifies a request's content (system, messages, tools).
