@@ -71,10 +71,10 @@ type Request struct {
 	// Tools instead makes that call a cache miss on the whole prompt.
 	ForbidToolCalls bool `json:"forbid_tool_calls,omitempty"`
 	// CachedTools, when above zero, says that only the first CachedTools
-	// of Tools belong to the cached prompt prefix: the rest were added
-	// during the run (by tool search), after it, in a fixed order. A
-	// provider that marks cache breakpoints marks the end of those too.
-	// Zero: every tool is part of the prefix.
+	// of Tools are fixed for the run (a run with tool search): the rest
+	// were added during it, after them, in a fixed order. A provider that
+	// marks cache breakpoints marks the end of those too. Zero: every tool
+	// is part of the fixed prefix.
 	CachedTools int      `json:"cached_tools,omitempty"`
 	MaxTokens   int      `json:"max_tokens,omitempty"`
 	Temperature *float64 `json:"temperature,omitempty"`

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/toolsearch"
 )
 
 // Transcript builds the messages a model sees from a run's events. It is the
@@ -19,8 +20,8 @@ type Transcript struct {
 	// Tools are the tools offered: those of run_started (the cached
 	// prefix), then those tool searches loaded.
 	Tools []model.ToolDef
-	// prefix is how many of Tools run_started offered, once a search has
-	// loaded more (-1 before).
+	// prefix is how many of Tools run_started offered, in a run with tool
+	// search (-1 otherwise).
 	prefix   int
 	messages []model.Message
 	pending  []int64 // seqs added since the last model call
@@ -39,7 +40,12 @@ type heldMessage struct {
 // prompt and tool definitions have been loaded.
 // load fetches blob content (tool results the model sees in full).
 func NewTranscript(system string, tools []model.ToolDef, load func(Content) ([]byte, error)) *Transcript {
-	return &Transcript{System: system, Tools: tools, load: load, prefix: -1}
+	t := &Transcript{System: system, Tools: tools, load: load, prefix: -1}
+	if n := len(tools); n > 0 && tools[n-1].Name == toolsearch.Name {
+		// A run with tool search: its tools may grow after these.
+		t.prefix = n
+	}
+	return t
 }
 
 // Messages returns the current messages. The slice must not be modified.
@@ -134,9 +140,6 @@ func (t *Transcript) Add(ev *store.Event) error {
 		var defs []model.ToolDef
 		if err := json.Unmarshal(data, &defs); err != nil {
 			return fmt.Errorf("loaded tools at seq %d: %w", ev.Seq, err)
-		}
-		if t.prefix < 0 {
-			t.prefix = len(t.Tools)
 		}
 		// A new slice: requests already built keep the tools they had.
 		t.Tools = append(t.Tools[:len(t.Tools):len(t.Tools)], defs...)
