@@ -180,17 +180,22 @@ func (b *Broker) Reviewed(m *tool.Manifest) bool {
 	return b.o.Catalog.Reviewed(m)
 }
 
-// Permits reports whether the run's user may use m at all, as the
-// authorisation control would decide for a call without arguments: the
-// user is known (or the tool needs no identity) and holds every scope the
-// manifest names. Tool search offers only tools that pass it; a call is
-// still decided in full. An error means the directory could not answer.
-func (b *Broker) Permits(ctx context.Context, tenant, user string, m *tool.Manifest) (bool, error) {
+// Permits reports, for each of ms, whether the run's user may use it at
+// all, as the authorisation control would decide for a call without
+// arguments: the user is known (or the tool needs no identity) and holds
+// every scope the manifest names. The user is looked up once. Tool search
+// offers only tools that pass; a call is still decided in full. An error
+// means the directory could not answer.
+func (b *Broker) Permits(ctx context.Context, tenant, user string, ms []*tool.Manifest) ([]bool, error) {
 	pr, d, ok := b.principal(ctx, tenant, user)
 	if !ok {
-		return false, errors.New(d.Reason)
+		return nil, errors.New(d.Reason)
 	}
-	return authz.Authorize(tenant, user, pr, m, json.RawMessage(`{}`)) == nil, nil
+	out := make([]bool, len(ms))
+	for i, m := range ms {
+		out[i] = authz.Authorize(tenant, user, pr, m, json.RawMessage(`{}`)) == nil
+	}
+	return out, nil
 }
 
 // Remote runs the tools of MCP connectors. Safe for concurrent use.

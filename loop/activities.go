@@ -137,6 +137,7 @@ type Activities struct {
 	o         *Options
 	manifests *tool.ManifestCache
 	byHash    manifestsByHash
+	indexes   searchIndexes
 }
 
 // manifestsByHash keeps parsed pinned manifests by their hex hash, so a

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/model"
+	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/toolsearch"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -50,27 +52,22 @@ type SearchInput struct {
 func (a *Activities) Search(ctx context.Context, in SearchInput) (trace.ToolsLoaded, error) {
 	out := trace.ToolsLoaded{CallID: in.CallID, Index: in.Index, Query: in.Query, Limit: in.Limit, Hits: []trace.SearchHit{}, Loaded: []trace.ToolRef{}}
 	byName := make(map[string]trace.ToolRef, len(in.Searchable))
-	docs := make([]toolsearch.Doc, 0, len(in.Searchable))
-	usable := map[string]bool{}
-	for _, ref := range in.Searchable {
+	ms := make([]*tool.Manifest, len(in.Searchable))
+	for i, ref := range in.Searchable {
 		m, err := a.manifest(ctx, ref.Hash)
 		if err != nil {
 			return out, err
 		}
-		// An unreviewed description is never offered, nor searched.
-		if !ref.Reviewed || !a.o.Broker.Reviewed(m) {
-			continue
-		}
-		ok, err := a.o.Broker.Permits(ctx, in.Run.Tenant, in.Run.User, m)
-		if err != nil {
-			return out, engine.Retryable(err)
-		}
-		if !ok {
-			continue
-		}
-		name, desc, schema := m.Def()
-		byName[m.Name], usable[m.Name] = ref, true
-		docs = append(docs, toolsearch.DocOf(name, desc, schema))
+		ms[i], byName[ref.Name] = m, ref
+	}
+	permits, err := a.o.Broker.Permits(ctx, in.Run.Tenant, in.Run.User, ms)
+	if err != nil {
+		return out, engine.Retryable(err)
+	}
+	usable := map[string]bool{}
+	for i, ref := range in.Searchable {
+		// An unreviewed description is never offered, nor returned.
+		usable[ref.Name] = ref.Reviewed && a.o.Broker.Reviewed(ms[i]) && permits[i]
 	}
 	if r := in.Recorded; r != nil {
 		out.Replayed = trace.ReplayedRecorded
@@ -82,7 +79,8 @@ func (a *Activities) Search(ctx context.Context, in SearchInput) (trace.ToolsLoa
 			}
 		}
 	} else {
-		for _, h := range toolsearch.New(docs).Search(in.Query, in.Limit, nil) {
+		ix := a.indexes.get(in.Searchable, ms)
+		for _, h := range ix.Search(in.Query, in.Limit, func(name string) bool { return usable[name] }) {
 			out.Hits = append(out.Hits, trace.SearchHit{Name: h.Name, Score: h.Score})
 		}
 	}
@@ -272,4 +270,41 @@ func (a *Activities) searchDefs(ag *Agent) ([]trace.ToolRef, error) {
 	}
 	slices.SortFunc(refs, func(x, y trace.ToolRef) int { return strings.Compare(x.Name, y.Name) })
 	return refs, nil
+}
+
+// searchIndexes keeps the indexes of recent catalogues, by the hash of
+// their pinned refs: every run of an agent version searches the same one,
+// and building it costs more than a search.
+type searchIndexes struct {
+	mu sync.Mutex
+	m  map[[32]byte]*toolsearch.Index
+}
+
+const maxIndexes = 32
+
+func (c *searchIndexes) get(refs []trace.ToolRef, ms []*tool.Manifest) *toolsearch.Index {
+	h := sha256.New()
+	for _, r := range refs {
+		h.Write([]byte(r.Name + "\x00" + r.Hash + "\x00"))
+	}
+	key := [32]byte(h.Sum(nil))
+	c.mu.Lock()
+	ix := c.m[key]
+	c.mu.Unlock()
+	if ix != nil {
+		return ix
+	}
+	docs := make([]toolsearch.Doc, len(ms))
+	for i, m := range ms {
+		name, desc, schema := m.Def()
+		docs[i] = toolsearch.DocOf(name, desc, schema)
+	}
+	ix = toolsearch.New(docs)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxIndexes {
+		c.m = map[[32]byte]*toolsearch.Index{}
+	}
+	c.m[key] = ix
+	c.mu.Unlock()
+	return ix
 }
