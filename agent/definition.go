@@ -83,8 +83,9 @@ type Definition struct {
 	Budgets  Budgets
 	Context  ContextSettings
 
-	granted []string // sorted; set by Bind
-	bound   bool
+	granted    []string // sorted; set by Bind
+	searchable []string // sorted; set by Bind
+	bound      bool
 	// file and doc are where a parsed definition came from, so that a
 	// grant Bind refuses is reported at its line (nil for stored ones).
 	file string
@@ -101,10 +102,15 @@ type Model struct {
 }
 
 // Grant gives an agent tools. Exactly one of Connector, Tool and Sandbox is
-// set; Allow goes with Connector.
+// set; Allow and Search go with Connector.
+//
+// With Search, every tool of the connector may be found with the built-in
+// search_tools tool and is then offered for the rest of the run; the tools
+// in Allow (which may then be empty) are offered from the start.
 type Grant struct {
 	Connector string
 	Allow     []string // sorted
+	Search    bool
 	Tool      string
 	Sandbox   string
 }
@@ -210,6 +216,7 @@ type rawModel struct {
 type rawGrant struct {
 	Connector string   `yaml:"connector" json:"connector"`
 	Allow     []string `yaml:"allow" json:"allow"`
+	Search    bool     `yaml:"search" json:"search"`
 	Tool      string   `yaml:"tool" json:"tool"`
 	Sandbox   string   `yaml:"sandbox" json:"sandbox"`
 }
@@ -579,15 +586,15 @@ func (c *checker) grants(d *Definition, raw []rawGrant) {
 			c.add(field, "give exactly one of connector (with allow), tool or sandbox")
 			continue
 		}
-		grant := Grant{Connector: g.Connector, Tool: g.Tool, Sandbox: g.Sandbox}
+		grant := Grant{Connector: g.Connector, Search: g.Search, Tool: g.Tool, Sandbox: g.Sandbox}
 		switch {
 		case g.Connector != "":
 			if !reSource.MatchString(g.Connector) {
 				c.add(field+".connector", "must be lower case letters, digits and -, starting with a letter (got %q)", g.Connector)
 				continue
 			}
-			if len(g.Allow) == 0 {
-				c.add(field+".allow", "required: list the connector's tools the agent may call")
+			if len(g.Allow) == 0 && !g.Search {
+				c.add(field+".allow", "required: list the connector's tools the agent may call (or set search: true to let it find them with search_tools)")
 				continue
 			}
 			if len(g.Allow) > maxAllow {
@@ -599,6 +606,8 @@ func (c *checker) grants(d *Definition, raw []rawGrant) {
 				switch {
 				case !reToolName.MatchString(name):
 					c.add(f, "must be a tool name (lower case letters, digits and _), got %q", name)
+				case name == SearchTool:
+					c.add(f, "%s is the platform's built-in tool search; it comes with search: true", SearchTool)
 				case named[name] != "":
 					c.add(f, "tool %q is already granted by %s", name, named[name])
 				default:
@@ -610,10 +619,16 @@ func (c *checker) grants(d *Definition, raw []rawGrant) {
 		case len(g.Allow) > 0:
 			c.add(field+".allow", "goes with connector only")
 			continue
+		case g.Search:
+			c.add(field+".search", "goes with connector only")
+			continue
 		case g.Tool != "":
 			switch {
 			case !reToolName.MatchString(g.Tool):
 				c.add(field+".tool", "must be a tool name (lower case letters, digits and _), got %q", g.Tool)
+				continue
+			case g.Tool == SearchTool:
+				c.add(field+".tool", "%s is the platform's built-in tool search; grant a connector with search: true", SearchTool)
 				continue
 			case named[g.Tool] != "":
 				c.add(field+".tool", "tool %q is already granted by %s", g.Tool, named[g.Tool])
@@ -806,9 +821,12 @@ func (d *Definition) CanonicalJSON() []byte {
 		for i, g := range d.Tools {
 			switch {
 			case g.Connector != "":
-				allow := slices.Clone(g.Allow)
+				allow := append([]string{}, g.Allow...)
 				sort.Strings(allow)
 				grants[i] = map[string]any{"connector": g.Connector, "allow": allow}
+				if g.Search {
+					grants[i]["search"] = true
+				}
 			case g.Tool != "":
 				grants[i] = map[string]any{"tool": g.Tool}
 			default:
@@ -892,6 +910,9 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 		switch {
 		case g.Connector != "":
 			known := hasConnector(tools, g.Connector)
+			if g.Search && !known {
+				fail(i, g, "", "connector %q is unknown or has no reviewed tools, so there is nothing to search (register it and approve its tools: agentplane connectors add, then connectors review; or apply its tool manifests)", g.Connector)
+			}
 			for _, name := range g.Allow {
 				m, ok := tools.Get(name)
 				switch {
@@ -931,6 +952,44 @@ func (d *Definition) GrantedTools(tools *tool.Set) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
+// SearchTool is the built-in tool the loop offers an agent with a search
+// grant (package toolsearch). No grant may name it.
+const SearchTool = "search_tools"
+
+// Search reports whether any grant lets the agent search for tools.
+func (d *Definition) Search() bool {
+	return slices.ContainsFunc(d.Tools, func(g Grant) bool { return g.Search })
+}
+
+// SearchableTools returns, sorted, the tools the definition's search grants
+// let the agent find with search_tools: every tool of each such connector
+// that GrantedTools does not already offer (and none named search_tools).
+// Grants that do not resolve are GrantedTools' to report.
+func (d *Definition) SearchableTools(tools *tool.Set) []string {
+	offered := map[string]bool{}
+	var out []string
+	for _, g := range d.Tools {
+		for _, n := range g.Allow {
+			offered[n] = true
+		}
+		if g.Tool != "" {
+			offered[g.Tool] = true
+		}
+	}
+	for _, g := range d.Tools {
+		if !g.Search {
+			continue
+		}
+		for _, m := range tools.Manifests() {
+			if m.Connector == g.Connector && !offered[m.Name] && m.Name != SearchTool {
+				out = append(out, m.Name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
 func hasConnector(tools *tool.Set, connector string) bool {
 	for _, m := range tools.Manifests() {
 		if m.Connector == connector {
@@ -955,18 +1014,22 @@ func (d *Definition) Bind(tools *tool.Set) error {
 	if err != nil {
 		return err
 	}
-	d.granted, d.bound = names, true
+	d.granted, d.searchable, d.bound = names, d.SearchableTools(tools), true
 	return nil
 }
 
-// Grants reports whether the agent may call the tool name. It is false for
-// every tool until Bind has succeeded, so an unbound definition grants
-// nothing.
+// Grants reports whether the agent may call the tool name: a tool it is
+// offered from the start, or one it may find with search_tools (a run
+// calls that only once a search has offered it). It is false for every
+// tool until Bind has succeeded, so an unbound definition grants nothing.
 func (d *Definition) Grants(name string) bool {
 	if !d.bound {
 		return false
 	}
 	_, found := slices.BinarySearch(d.granted, name)
+	if !found {
+		_, found = slices.BinarySearch(d.searchable, name)
+	}
 	return found
 }
 

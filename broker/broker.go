@@ -180,6 +180,24 @@ func (b *Broker) Reviewed(m *tool.Manifest) bool {
 	return b.o.Catalog.Reviewed(m)
 }
 
+// Permits reports, for each of ms, whether the run's user may use it at
+// all, as the authorisation control would decide for a call without
+// arguments: the user is known (or the tool needs no identity) and holds
+// every scope the manifest names. The user is looked up once. Tool search
+// offers only tools that pass; a call is still decided in full. An error
+// means the directory could not answer.
+func (b *Broker) Permits(ctx context.Context, tenant, user string, ms []*tool.Manifest) ([]bool, error) {
+	pr, d, ok := b.principal(ctx, tenant, user)
+	if !ok {
+		return nil, errors.New(d.Reason)
+	}
+	out := make([]bool, len(ms))
+	for i, m := range ms {
+		out[i] = authz.Authorize(tenant, user, pr, m, json.RawMessage(`{}`)) == nil
+	}
+	return out, nil
+}
+
 // Remote runs the tools of MCP connectors. Safe for concurrent use.
 type Remote interface {
 	// Call makes the call on the connector's server. A *Refused error

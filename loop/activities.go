@@ -17,6 +17,7 @@ import (
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
+	"github.com/agentplane/agentplane/toolsearch"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -69,9 +70,10 @@ type DecideInput struct {
 	ArgsHash string          `json:"args_hash"`
 	Key      string          `json:"idempotency_key"`
 	State    broker.RunState `json:"state"`
-	// Refusal, when set, is the decision already made (arguments that are
-	// not JSON): the broker is not asked.
-	Refusal *trace.Decision `json:"refusal,omitempty"`
+	// Decided, when set, is the decision already made: the broker is not
+	// asked (arguments that are not JSON, a tool search refuses, or the
+	// search itself, which the loop answers).
+	Decided *trace.Decision `json:"decided,omitempty"`
 }
 
 // ExecuteInput is the input of ActToolExecute: run one decided call (or
@@ -141,6 +143,7 @@ type Activities struct {
 	o         *Options
 	manifests *tool.ManifestCache
 	byHash    manifestsByHash
+	indexes   searchIndexes
 }
 
 // manifestsByHash keeps parsed pinned manifests by their hex hash, so a
@@ -180,6 +183,7 @@ func (a *Activities) Register() (*engine.Activities, error) {
 		engine.NewActivity(ActCompact, a.Compact),
 		engine.NewActivity(ActApprovalRequest, a.ApprovalRequest),
 		engine.NewActivity(ActApprovalDecision, a.ApprovalDecision),
+		engine.NewActivity(ActToolSearch, a.Search),
 	)
 }
 
@@ -239,13 +243,20 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (trace.RunStarted
 			ag.Instructions = replay.Instructions
 		}
 	}
-	defs := make([]model.ToolDef, 0, len(ag.Tools))
+	searchable, err := a.searchDefs(ag)
+	if err != nil {
+		return trace.RunStarted{}, err
+	}
+	defs := make([]model.ToolDef, 0, len(ag.Tools)+1)
 	refs := make([]trace.ToolRef, 0, len(ag.Tools))
 	for _, m := range ag.Tools {
 		name, desc, schema := m.Def()
 		defs = append(defs, model.ToolDef{Name: name, Description: desc, InputSchema: schema})
 		h := m.Hash()
 		refs = append(refs, trace.ToolRef{Name: m.Name, Hash: hex.EncodeToString(h[:]), Reviewed: a.o.Broker.Reviewed(m)})
+	}
+	if ag.Search {
+		defs = append(defs, toolsearch.Def()) // last: the prefix ends with it
 	}
 	defsJSON, err := json.Marshal(defs)
 	if err != nil {
@@ -264,7 +275,7 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (trace.RunStarted
 		Agent: ag.Name, AgentVersion: ag.Version, AgentHash: hex.EncodeToString(ag.Hash[:]),
 		Tenant: run.Tenant, User: run.User, Task: run.Task, ModelAlias: ag.ModelAlias,
 		Tools: refs, System: sys, ToolDefs: td, Budgets: budgets, Replay: replay, Compaction: ag.Compaction, Temperature: ag.Temperature,
-		Bindings: run.Bindings, TaintRules: trace.TaintRules2, LoopVersion: trace.LoopVersion1,
+		Bindings: run.Bindings, TaintRules: trace.TaintRules2, LoopVersion: trace.LoopVersion1, Searchable: searchable,
 	}, nil
 }
 
@@ -316,8 +327,8 @@ func (a *Activities) Decide(ctx context.Context, in DecideInput) (trace.ToolAtte
 		return trace.ToolAttempt{}, err
 	}
 	var decision trace.Decision
-	if in.Refusal != nil {
-		decision = *in.Refusal
+	if in.Decided != nil {
+		decision = *in.Decided
 	} else {
 		run := in.Run
 		decision = a.o.Broker.Decide(ctx, broker.Proposal{RunID: run.ID, Tenant: run.Tenant, User: run.User,

@@ -24,7 +24,7 @@ func TestActivityInputsRoundTrip(t *testing.T) {
 	req := &model.Request{System: "sys", Temperature: &temp, Messages: []model.Message{
 		{Role: model.RoleUser, Content: []model.Part{{Type: model.PartText, Text: "hi"}}},
 		{Role: model.RoleAssistant, Content: []model.Part{{Type: model.PartToolUse, ToolUseID: "toolu_1", Name: "echo", Input: json.RawMessage(`{"text":"x"}`)}}},
-	}, Tools: []model.ToolDef{{Name: "echo", Description: "d", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	}, Tools: []model.ToolDef{{Name: "echo", Description: "d", InputSchema: json.RawMessage(`{"type":"object"}`)}}, CachedTools: 1}
 	state := broker.RunState{Tainted: true, Steps: 2, CostMicros: 5, Currency: "USD", Calls: map[string]int{"echo": 1},
 		Allowed: []broker.PriorCall{{Tool: "echo", At: time.Unix(1_800_000_001, 0).UTC(), Args: json.RawMessage(`{"text":"x"}`)}}}
 	dec := trace.Decision{Control: broker.ControlApproval, Reason: "needs approval", Approval: &trace.ApprovalNeed{Group: "payers", ExpiresMS: 1000}}
@@ -33,11 +33,14 @@ func TestActivityInputsRoundTrip(t *testing.T) {
 		loop.ModelCallInput{Request: req, PromptHash: "sha256:ab", PromptBytes: 9, Delta: []int64{1, 2}, Alias: "m", Currency: "USD",
 			Attribution: model.Attribution{Tenant: "t1", RunID: "run_1", Step: 2, Budget: model.Budget{MaxInputTokens: 10, MaxCost: model.Money{Micros: 9, Currency: "USD"}}}},
 		loop.DecideInput{Run: run, Step: 2, Index: 1, CallID: "toolu_1", Tool: "echo", Manifest: "ab", Args: []byte(`{"text":"x"}`),
-			ArgsHash: "cd", Key: "run_1:2:1", State: state, Refusal: &dec},
+			ArgsHash: "cd", Key: "run_1:2:1", State: state, Decided: &dec},
 		loop.DecideInput{Run: run, Tool: "echo", Args: []byte("{not json")},
 		loop.ExecuteInput{Run: run, Step: 2, Index: 1, CallID: "toolu_1", Tool: "echo", Manifest: "ab", Args: []byte(`{}`), Key: "run_1:2:1",
 			Decision: dec, Bindings: map[string]string{"customer_id": "c1"}, Handles: []string{"ef"}, ReplayLive: true},
 		loop.TeardownInput{Tenant: "t1", RunID: "run_1"},
+		loop.SearchInput{Run: run, CallID: "toolu_1", Index: 1, Query: "refund a card transaction", Limit: 5,
+			Searchable: []trace.ToolRef{{Name: "issue_refund", Hash: "ab", Reviewed: true}}, Offered: []string{"echo"},
+			Recorded: &trace.ToolsLoaded{CallID: "toolu_0", Hits: []trace.SearchHit{{Name: "issue_refund", Score: 1.5}}, Loaded: []trace.ToolRef{{Name: "issue_refund", Hash: "ab"}}}},
 		loop.CompactInput{Alias: "small", PreviousNote: "note", Steps: req.Messages, Kept: 2, Currency: "USD"},
 		loop.ApprovalRequestInput{Request: trace.ApprovalRequested{ApprovalID: "ap", Tool: "pay", ExpiresAt: time.Unix(1_800_086_400, 0).UTC()}, Args: []byte(`{"amount":5}`)},
 		loop.ApprovalDecisionInput{Run: run, Step: 2, Tool: "pay", ApprovalID: "ap", Signal: trace.ApprovalSignal{ApprovalID: "ap", Decision: "edit", Args: json.RawMessage(`{"amount":4}`)},
@@ -71,7 +74,7 @@ func TestActivitiesRunFromJSON(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	reg := f.p.Loop.Activities()
 	want := []string{loop.ActApprovalDecision, loop.ActApprovalRequest, loop.ActCompact, loop.ActModelCall,
-		loop.ActStart, loop.ActSandboxTeardown, loop.ActToolDecide, loop.ActToolExecute}
+		loop.ActStart, loop.ActSandboxTeardown, loop.ActToolDecide, loop.ActToolExecute, loop.ActToolSearch}
 	if got := reg.Names(); len(got) != len(want) {
 		t.Fatalf("registered %v, want %d activities", got, len(want))
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
+	"github.com/agentplane/agentplane/toolsearch"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -53,7 +54,11 @@ type Agent struct {
 	ModelAlias   string
 	Instructions string
 	Tools        []*tool.Manifest
-	Budgets      Budgets
+	// Search offers the built-in search_tools; Searchable are the tools
+	// it may find (the agent's search grants, offerable ones only).
+	Search     bool
+	Searchable []*tool.Manifest
+	Budgets    Budgets
 	// Compaction, when set, rewrites older steps into a progress note.
 	Compaction *trace.CompactionPolicy
 	// Temperature, when set, is sent with every model call.
@@ -239,6 +244,9 @@ type state struct {
 	// manifest hashes (hex).
 	reviewed map[string]bool
 	toolHash map[string]string
+	// search is set when the run offers search_tools (its last prefix
+	// definition); tools it loads join tools, reviewed and toolHash.
+	search bool
 }
 
 // handleList lists the blob handles shown to the model, sorted.
@@ -399,6 +407,7 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 	if err := json.Unmarshal(defsJSON, &defs); err != nil {
 		return nil, err
 	}
+	st.search = len(defs) > 0 && defs[len(defs)-1].Name == toolsearch.Name && st.tools[toolsearch.Name] == nil
 	if st.started.Replay != nil {
 		if st.replay, err = l.loadOriginal(ctx, env, st.started.Replay); err != nil {
 			return nil, err
@@ -563,9 +572,15 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		args = call.Input
 	}
 	argsSum := sha256.Sum256(args)
+	if st.search && call.Name == toolsearch.Name {
+		return l.searchCall(ctx, st, step, index, call, args, hex.EncodeToString(argsSum[:]))
+	}
 	var refusal *trace.Decision
-	if canonErr != nil && m != nil {
+	switch {
+	case canonErr != nil && m != nil:
 		refusal = &trace.Decision{Control: broker.ControlSchema, Reason: "arguments are not valid JSON"}
+	case m == nil && st.searchable(call.Name):
+		refusal = &trace.Decision{Control: broker.ControlGrant, Reason: fmt.Sprintf("tool %q is not in your tools yet: find it with %s first", call.Name, toolsearch.Name)}
 	}
 	mhash := ""
 	if m != nil {
@@ -577,7 +592,7 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	}
 	argsHash := hex.EncodeToString(argsSum[:])
 	in := DecideInput{Run: run, Step: step, Index: index, CallID: call.ToolUseID, Tool: call.Name, Manifest: mhash,
-		Args: args, ArgsHash: argsHash, Key: key, Refusal: refusal}
+		Args: args, ArgsHash: argsHash, Key: key, Decided: refusal}
 	if refusal == nil {
 		in.State = st.runState() // only the broker reads it
 	}

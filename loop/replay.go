@@ -21,6 +21,7 @@ type replayState struct {
 	info     trace.ReplayInfo
 	models   map[int][]origModel // by step, in order (a final no-tools call follows)
 	calls    map[[2]int]*origCall
+	searches map[[2]int]*trace.ToolsLoaded // by step and call index
 	diverged bool
 }
 
@@ -44,7 +45,7 @@ func (l *Loop) loadOriginal(ctx context.Context, env engine.Env, info *trace.Rep
 	if len(evs) == 0 {
 		return nil, fmt.Errorf("replay: run %s has no events: %w", info.Of, store.ErrNotFound)
 	}
-	rs := &replayState{info: *info, models: map[int][]origModel{}, calls: map[[2]int]*origCall{}}
+	rs := &replayState{info: *info, models: map[int][]origModel{}, calls: map[[2]int]*origCall{}, searches: map[[2]int]*trace.ToolsLoaded{}}
 	for _, ev := range evs {
 		switch ev.Type {
 		case trace.EvModelCall:
@@ -61,6 +62,12 @@ func (l *Loop) loadOriginal(ctx context.Context, env engine.Env, info *trace.Rep
 				return nil, err
 			}
 			rs.calls[[2]int{ev.Step, a.Index}] = &origCall{attempt: a}
+		case trace.EvToolsLoaded:
+			var tl trace.ToolsLoaded
+			if err := json.Unmarshal(ev.Payload, &tl); err != nil {
+				return nil, err
+			}
+			rs.searches[[2]int{ev.Step, tl.Index}] = &tl
 		case trace.EvToolResult:
 			var r trace.ToolResult
 			if err := json.Unmarshal(ev.Payload, &r); err != nil {

@@ -69,9 +69,15 @@ type Request struct {
 	// not call any (tool_choice "none"). A final call made this way keeps
 	// the cached prefix, which starts with the tool definitions; dropping
 	// Tools instead makes that call a cache miss on the whole prompt.
-	ForbidToolCalls bool     `json:"forbid_tool_calls,omitempty"`
-	MaxTokens       int      `json:"max_tokens,omitempty"`
-	Temperature     *float64 `json:"temperature,omitempty"`
+	ForbidToolCalls bool `json:"forbid_tool_calls,omitempty"`
+	// CachedTools, when above zero, says that only the first CachedTools
+	// of Tools are fixed for the run (a run with tool search): the rest
+	// were added during it, after them, in a fixed order. A provider that
+	// marks cache breakpoints marks the end of those too. Zero: every tool
+	// is part of the fixed prefix.
+	CachedTools int      `json:"cached_tools,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
 }
 
 // Usage counts the tokens of one call as the provider reported them.

@@ -36,6 +36,7 @@ const (
 	EvApprovalDec  = "approval_decided"
 	EvDiverged     = "replay_diverged"
 	EvCompaction   = "compaction"
+	EvToolsLoaded  = "tools_loaded"
 	EvSandboxEnd   = "sandbox_teardown"
 	EvRunCompleted = "run_completed"
 	EvRunFailed    = "run_failed"
@@ -149,6 +150,48 @@ type RunStarted struct {
 	// that carries a sandbox boundary record; LoopVersion1 records it
 	// whenever a tier-2/3 call ran, so no sandbox is ended unrecorded.
 	LoopVersion int `json:"loop_version,omitempty"`
+	// Searchable are the tools the agent may find with search_tools
+	// (package toolsearch), sorted by name: the manifests of its search
+	// grants that were reviewed, offerable (not quarantined) and not
+	// already in Tools when the run started. None of them is offered
+	// until a search loads it (ToolsLoaded). Empty for an agent without a
+	// search grant, whose ToolDefs then have no search_tools.
+	Searchable []ToolRef `json:"searchable,omitempty"`
+}
+
+// ToolsLoaded records one search_tools call, between its tool_attempt and
+// its tool_result: the query, the ranking, and the tools it added to the
+// model's tools. Loaded tools are offered after the tools of run_started
+// (the cached prompt prefix stays as it was), in the order of these
+// events and, within one, of Loaded. A replay and a verifying re-run read
+// this event; nothing searches again.
+type ToolsLoaded struct {
+	CallID string `json:"call_id"`
+	Index  int    `json:"index"`
+	Query  string `json:"query"`
+	Limit  int    `json:"limit"`
+	// Hits are the ranked matches the run's user may use, best first.
+	Hits []SearchHit `json:"hits"`
+	// Loaded are the hits not offered before, in hit order.
+	Loaded []ToolRef `json:"loaded"`
+	// Defs is the JSON []model.ToolDef of Loaded, in the same order.
+	Defs Content `json:"defs"`
+	// Replayed is ReplayedRecorded when the hits were taken from the
+	// original run of a replay rather than searched.
+	Replayed string `json:"replayed,omitempty"`
+	// Dropped names recorded hits a replay did not load because they are
+	// no longer searchable for this run (quarantined, changed, not
+	// permitted).
+	Dropped []string `json:"dropped,omitempty"`
+	// Error is why the search was refused (bad arguments): the model is
+	// told, and nothing is loaded.
+	Error string `json:"error,omitempty"`
+}
+
+// SearchHit is one ranked tool of a search.
+type SearchHit struct {
+	Name  string  `json:"name"`
+	Score float64 `json:"score"`
 }
 
 // LoopVersion1 is the first versioned set of loop recording rules.

@@ -10,24 +10,30 @@ import (
 
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/toolsearch"
 )
 
 // Transcript builds the messages a model sees from a run's events. It is the
 // only place that decides how events become prompt text: the loop feeds it as
 // the run goes, and `agentplane trace` feeds it the recorded log.
 type Transcript struct {
-	load     func(Content) ([]byte, error)
-	System   string
-	Tools    []model.ToolDef
+	load   func(Content) ([]byte, error)
+	System string
+	// Tools are the tools offered: those of run_started (the cached
+	// prefix), then those tool searches loaded.
+	Tools []model.ToolDef
+	// prefix is how many of Tools run_started offered, in a run with tool
+	// search (-1 otherwise).
+	prefix   int
 	messages []model.Message
 	pending  []int64 // seqs added since the last model call
 	// held are user messages (signals) waiting for the next step boundary:
 	// one that arrives mid-step (say, while a call waits for approval) must
 	// not land between a step's tool results.
 	held []heldMessage
-	// prefix is the running hash of the start of the prompt's encoding
+	// hashed is the running hash of the start of the prompt's encoding
 	// that can no longer change (PromptHash).
-	prefix *promptPrefix
+	hashed *promptPrefix
 }
 
 type heldMessage struct {
@@ -39,7 +45,12 @@ type heldMessage struct {
 // prompt and tool definitions have been loaded.
 // load fetches blob content (tool results the model sees in full).
 func NewTranscript(system string, tools []model.ToolDef, load func(Content) ([]byte, error)) *Transcript {
-	return &Transcript{System: system, Tools: tools, load: load}
+	t := &Transcript{System: system, Tools: tools, load: load, prefix: -1}
+	if n := len(tools); n > 0 && tools[n-1].Name == toolsearch.Name {
+		// A run with tool search: its tools may grow after these.
+		t.prefix = n
+	}
+	return t
 }
 
 // Messages returns the current messages. The slice must not be modified.
@@ -119,6 +130,24 @@ func (t *Transcript) Add(ev *store.Event) error {
 		}
 		t.held = append(t.held, heldMessage{ev.Seq, "Message from the user: " + m.Text})
 		return nil
+	case EvToolsLoaded:
+		var p ToolsLoaded
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			return err
+		}
+		if len(p.Loaded) == 0 {
+			return nil
+		}
+		data, err := t.load(p.Defs)
+		if err != nil {
+			return fmt.Errorf("loaded tools at seq %d: %w", ev.Seq, err)
+		}
+		var defs []model.ToolDef
+		if err := json.Unmarshal(data, &defs); err != nil {
+			return fmt.Errorf("loaded tools at seq %d: %w", ev.Seq, err)
+		}
+		// A new slice: requests already built keep the tools they had.
+		t.Tools = append(t.Tools[:len(t.Tools):len(t.Tools)], defs...)
 	case EvCompaction:
 		var p Compaction
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
@@ -133,7 +162,7 @@ func (t *Transcript) Add(ev *store.Event) error {
 		}
 		recent := append([]model.Message(nil), t.messages[len(t.messages)-p.KeptMessages:]...)
 		t.messages = model.ApplyCompaction(t.messages[0], string(note), recent)
-		t.prefix = nil
+		t.hashed = nil
 	case EvStepStarted:
 		for _, h := range t.held {
 			t.userPart(model.Part{Type: model.PartText, Text: h.text})
@@ -172,8 +201,12 @@ func (t *Transcript) modelView(c Content, truncated bool) (string, error) {
 // prefix still matches, and ForbidToolCalls tells the model it may not use
 // them.
 func (t *Transcript) Request(noTools bool) *model.Request {
-	return &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...),
+	req := &model.Request{System: t.System, Messages: append([]model.Message(nil), t.messages...),
 		Tools: t.Tools, ForbidToolCalls: noTools}
+	if t.prefix >= 0 {
+		req.CachedTools = t.prefix
+	}
+	return req
 }
 
 // PromptHash returns PromptHash(t.Request(noTools)) without encoding the
@@ -187,14 +220,14 @@ func (t *Transcript) PromptHash(noTools bool) (string, int64) {
 	if n == 0 {
 		return PromptHash(t.Request(noTools))
 	}
-	p := t.prefix
+	p := t.hashed
 	if p == nil || p.system != t.System || !sameTools(p.tools, t.Tools) || p.folded > n-1 {
 		p = &promptPrefix{system: t.System, tools: t.Tools, h: sha256.New()}
 		p.write([]byte(`{"system":`))
 		p.write(mustJSON(t.System))
 		p.write([]byte(`,"messages":[`))
 		p.toolsJSON = mustJSON(t.Tools)
-		t.prefix = p
+		t.hashed = p
 	}
 	for ; p.folded < n-1; p.folded++ {
 		p.write(mustJSON(t.messages[p.folded]))

@@ -229,6 +229,10 @@ func BlobRefs(ev *store.Event) ([]Content, error) {
 		var p Compaction
 		err = json.Unmarshal(ev.Payload, &p)
 		cs = []Content{p.Note}
+	case EvToolsLoaded:
+		var p ToolsLoaded
+		err = json.Unmarshal(ev.Payload, &p)
+		cs = []Content{p.Defs}
 	default:
 		return nil, nil
 	}

@@ -277,6 +277,21 @@ func (t *timeline) event(ev *store.Event) {
 		fmt.Fprintf(w, "    compaction %d messages folded into a note, %d kept, %d identifiers (%d restored)  in=%d out=%d\n",
 			p.CompactedMessages, p.KeptMessages, p.Identifiers, len(p.Restored), p.InputTokens, p.OutputTokens)
 		fmt.Fprintf(w, "           %q\n", clean(note, 160))
+	case trace.EvToolsLoaded:
+		var p trace.ToolsLoaded
+		_ = json.Unmarshal(ev.Payload, &p)
+		var names []string
+		for _, ref := range p.Loaded {
+			names = append(names, ref.Name)
+		}
+		how := ""
+		if p.Replayed != "" {
+			how = " (" + p.Replayed + ")"
+		}
+		fmt.Fprintf(w, "    search %q: %d hits, loaded %s%s\n", clean(p.Query, 120), len(p.Hits), clean(orDefault(strings.Join(names, ", "), "nothing new"), 400), how)
+		if len(p.Dropped) > 0 {
+			fmt.Fprintf(w, "      not loaded (no longer searchable): %s\n", clean(strings.Join(p.Dropped, ", "), 300))
+		}
 	case trace.EvDiverged:
 		var p trace.Diverged
 		_ = json.Unmarshal(ev.Payload, &p)

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -461,7 +462,22 @@ func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop
 		m, _ := set.Get(n)
 		a.Tools = append(a.Tools, m)
 	}
-	a.Tools = p.offerable(ctx, a.Tools)
+	a.Search = d.Search()
+	var searchable []*tool.Manifest
+	for _, n := range d.SearchableTools(set) {
+		m, _ := set.Get(n)
+		searchable = append(searchable, m)
+	}
+	// One pass, so each connector is probed once for both lists.
+	all := p.offerable(ctx, append(slices.Clip(a.Tools), searchable...))
+	a.Tools, a.Searchable = nil, nil
+	for _, m := range all {
+		if _, ok := slices.BinarySearch(granted, m.Name); ok {
+			a.Tools = append(a.Tools, m)
+		} else {
+			a.Searchable = append(a.Searchable, m)
+		}
+	}
 	a.Temperature = d.Model.Temperature
 	if c := d.Context; (c.CompactAtTokens > 0 || c.CompactEverySteps > 0) && d.Model.Small != "" {
 		keep := c.KeepRecentSteps

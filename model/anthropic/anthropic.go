@@ -244,7 +244,7 @@ func (p *Provider) params(req *model.Request) (sdk.MessageNewParams, []option.Re
 		}
 	}
 	if p.cache {
-		p.breakpoints(&params, last)
+		p.breakpoints(&params, last, req.CachedTools)
 	}
 	var opts []option.RequestOption
 	if req.Temperature != nil {
@@ -255,8 +255,17 @@ func (p *Provider) params(req *model.Request) (sdk.MessageNewParams, []option.Re
 
 // breakpoints marks the end of the fixed prefix and the end of the
 // conversation (last, whose variant is shared with params) for caching.
-func (p *Provider) breakpoints(params *sdk.MessageNewParams, last sdk.ContentBlockParamUnion) {
+// With cachedTools (a run with tool search), the end of the tools the run
+// started with is marked too: tools a search adds come after them and
+// before the system prompt on the wire, so that part of the prefix is
+// read from the cache whatever was loaded.
+func (p *Provider) breakpoints(params *sdk.MessageNewParams, last sdk.ContentBlockParamUnion, cachedTools int) {
 	cc := sdk.CacheControlEphemeralParam{TTL: p.ttl}
+	if cachedTools > 0 && cachedTools <= len(params.Tools) && len(params.System) > 0 {
+		if c := params.Tools[cachedTools-1].GetCacheControl(); c != nil {
+			*c = cc
+		}
+	}
 	switch {
 	case len(params.System) > 0:
 		params.System[len(params.System)-1].CacheControl = cc

@@ -10,6 +10,7 @@ import (
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/model/anthropic/anthropictest"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/toolsearch"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -121,4 +122,60 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// In a run with tool search the tools a search loads go after the run's
+// own tools, which on the wire come before the system prompt. The end of
+// the run's own tools is a breakpoint, so the call after a search still
+// reads them from the cache.
+func TestLoadedToolsKeepTheToolPrefixCached(t *testing.T) {
+	system := fill("You are the card-dispute assistant (version 7).", 2000)
+	tools := []model.ToolDef{
+		{Name: "get_ticket", Description: fill("Read a support ticket.", 4000), InputSchema: json.RawMessage(`{"type":"object"}`)},
+		toolsearch.Def(),
+	}
+	loaded := []model.ToolDef{{Name: "issue_refund", Description: fill("Refund a transaction.", 400), InputSchema: json.RawMessage(`{"type":"object"}`)}}
+	defs := mustJSON(t, loaded)
+	tr := trace.NewTranscript(system, tools, func(trace.Content) ([]byte, error) { return defs, nil })
+	at := time.Date(2026, 10, 27, 9, 0, 0, 0, time.UTC)
+	add := func(seq int64, typ string, v any) {
+		t.Helper()
+		if err := tr.Add(&store.Event{RunID: "run_1", Seq: seq, Type: typ, Step: 1, At: at, Payload: mustJSON(t, v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(1, trace.EvRunStarted, trace.RunStarted{Task: "Card 4417 was charged twice."})
+	srv := newServer(t, nil)
+	p := newProvider(t, srv.URL, nil)
+	send := func(req *model.Request) *anthropictest.Call {
+		t.Helper()
+		r := *req
+		r.Model = "claude-sonnet-5"
+		if _, err := p.Complete(t.Context(), &r); err != nil {
+			t.Fatal(err)
+		}
+		calls := srv.Calls()
+		return calls[len(calls)-1]
+	}
+	first := tr.Request(false)
+	if first.CachedTools != 2 {
+		t.Fatalf("CachedTools = %d, want the run's 2 tools", first.CachedTools)
+	}
+	send(first)
+	add(2, trace.EvModelCall, trace.ModelCall{Response: &model.Response{StopReason: model.StopToolUse, Content: []model.Part{
+		{Type: model.PartToolUse, ToolUseID: "toolu_1", Name: toolsearch.Name, Input: json.RawMessage(`{"query":"refund"}`)}}}})
+	add(3, trace.EvToolsLoaded, trace.ToolsLoaded{CallID: "toolu_1", Query: "refund", Loaded: []trace.ToolRef{{Name: "issue_refund", Hash: "ab"}}, Defs: trace.Content{Blob: "x"}})
+	add(4, trace.EvToolResult, trace.ToolResult{CallID: "toolu_1", Tool: toolsearch.Name, Status: trace.StatusOK, Output: trace.Content{Text: `{"added":["issue_refund"]}`}})
+	second := tr.Request(false)
+	if len(second.Tools) != 3 || second.Tools[2].Name != "issue_refund" || second.CachedTools != 2 {
+		t.Fatalf("second request tools %v, cached %d", second.Tools, second.CachedTools)
+	}
+	c := send(second)
+	toolTokens := int64(0)
+	for _, d := range tools {
+		toolTokens += int64((len(d.Name) + len(d.Description) + len(d.InputSchema) + 3) / 4)
+	}
+	if c.Usage.CacheReadInputTokens < toolTokens {
+		t.Fatalf("after a search the call read %d tokens from the cache, want at least the %d of the run's own tools", c.Usage.CacheReadInputTokens, toolTokens)
+	}
 }
