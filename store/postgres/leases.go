@@ -170,13 +170,16 @@ func (s *Store) RenewLease(ctx context.Context, id string, epoch int64, ttl time
 // synchronously, which makes every earlier buffered append durable too.
 func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.RunUpdate) error {
 	set, args := runUpdateSQL(&u, 4)
-	n, err := s.exec(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = $1"+set+
-		" WHERE id = $2 AND lease_epoch = $3", append([]any{micros(time.Now()), id, epoch}, args...)...)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("release run %s: %w", id, store.ErrLeaseLost)
-	}
-	return nil
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = $1"+set+
+			" WHERE id = $2 AND lease_epoch = $3", append([]any{micros(time.Now()), id, epoch}, args...)...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("release run %s: %w", id, store.ErrLeaseLost)
+		}
+		// Streams in every process re-read the run's status.
+		return notifyChange(ctx, tx, id, 0)
+	})
 }
