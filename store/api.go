@@ -128,8 +128,13 @@ type APIStore interface {
 	// nil) and marks the run notified, in one transaction. A run already
 	// notified is left alone and d is not stored (ErrConflict).
 	MarkNotified(ctx context.Context, runID string, d *Delivery) error
-	// DueDeliveries returns pending deliveries whose next attempt is due.
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*Delivery, error)
+	// ClaimDeliveries takes up to limit pending deliveries whose next
+	// attempt is due at now, for the caller to attempt: it moves their
+	// next attempt to now+lease in the same statement, so no other caller
+	// (in any process) gets them until then. The attempt's RecordAttempt
+	// sets the real next attempt; an attempt whose process died is made
+	// again once the lease has passed, under the same webhook-id.
+	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Delivery, error)
 	// RecordAttempt stores an attempt and the delivery's new state
 	// together. A delivery that is no longer pending (dropped while the
 	// attempt ran) keeps its state; the attempt is still stored.

@@ -232,13 +232,16 @@ func scanDelivery(sc scanner) (*store.Delivery, error) {
 	return &d, nil
 }
 
-// DueDeliveries implements store.APIStore.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*store.Delivery, error) {
+// ClaimDeliveries implements store.APIStore: one UPDATE ... RETURNING
+// under the database's write lock, which every process shares.
+func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*store.Delivery, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return queryAll(ctx, s.r, "SELECT "+deliveryCols+" FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?"+
-		" ORDER BY next_attempt_at, id LIMIT ?", []any{micros(now), limit}, scanDelivery)
+	ds, err := queryAll(ctx, s.w.DB, "UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id IN (SELECT id FROM webhook_deliveries"+
+		" WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?) RETURNING "+deliveryCols,
+		[]any{micros(now.Add(lease)), micros(now), limit}, scanDelivery)
+	return ds, classify(err)
 }
 
 // RecordAttempt implements store.APIStore.

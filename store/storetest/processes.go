@@ -20,8 +20,9 @@ import (
 // and a takeover do not both succeed, a stale epoch writes nothing, one
 // idempotency key names one run for every caller, the first decision on an
 // approval wins, a signal sent through one handle is consumed through
-// the other exactly once, and of tenants racing to register one connector
-// name one gets it and the others change nothing.
+// the other exactly once, of tenants racing to register one connector
+// name one gets it and the others change nothing, and each due webhook
+// delivery is claimed by one dispatcher.
 func ExerciseProcesses(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { testConcurrentClaims(t, open) })
 	t.Run("TakeoverRacesRenewal", func(t *testing.T) { testTakeoverRacesRenewal(t, open) })
@@ -30,6 +31,7 @@ func ExerciseProcesses(t *testing.T, open func(t *testing.T) (APIStore, APIStore
 	t.Run("ConcurrentDecisions", func(t *testing.T) { testConcurrentDecisions(t, open) })
 	t.Run("SignalsAcrossProcesses", func(t *testing.T) { testSignalsAcross(t, open) })
 	t.Run("ConnectorNameRace", func(t *testing.T) { testConnectorNameRace(t, open) })
+	t.Run("DeliveryClaims", func(t *testing.T) { testDeliveryClaims(t, open) })
 }
 
 // racers is how many concurrent callers each case starts, alternating
@@ -378,5 +380,46 @@ func testConnectorNameRace(t *testing.T, open func(t *testing.T) (APIStore, APIS
 	ok(t, "ListConnectors", err)
 	if len(all) != 1 || all[0].Tenant != fmt.Sprintf("tenant-%d", w) || string(all[0].Spec) != string(spec(w)) {
 		t.Fatalf("connectors after the race = %+v, want only tenant-%d's, as it put it", all, w)
+	}
+}
+
+// testDeliveryClaims races dispatchers on both handles for due webhook
+// deliveries: each is claimed by exactly one of them, so one process
+// POSTs it.
+func testDeliveryClaims(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
+	a, b := open(t)
+	const deliveries = 20
+	for n := range deliveries {
+		id := fmt.Sprintf("r%d", n)
+		newRun(t, a, id, modeAsync, Base)
+		endRun(t, a, id, store.StatusCompleted, Base)
+		ok(t, "MarkNotified", a.MarkNotified(t.Context(), id, &store.Delivery{ID: "msg_" + id, Tenant: "tenant-1", RunID: id,
+			EventType: "run.completed", URL: "https://x.example/h", Payload: []byte(`{}`), Status: store.DeliveryPending,
+			NextAttemptAt: Base, CreatedAt: Base, UpdatedAt: Base}))
+	}
+	claimed := make([][]string, racers)
+	errs := race(a, b, func(i int, s APIStore) error {
+		for {
+			ds, err := s.ClaimDeliveries(t.Context(), Base.Add(time.Second), time.Minute, 2)
+			if err != nil || len(ds) == 0 {
+				return err
+			}
+			for _, d := range ds {
+				claimed[i] = append(claimed[i], d.ID)
+			}
+		}
+	})
+	winners(t, "ClaimDeliveries", errs)
+	by := map[string]int{}
+	for i, ids := range claimed {
+		for _, id := range ids {
+			if j, dup := by[id]; dup {
+				t.Fatalf("delivery %s claimed by caller %d and caller %d", id, j, i)
+			}
+			by[id] = i
+		}
+	}
+	if len(by) != deliveries {
+		t.Fatalf("%d of %d due deliveries were claimed", len(by), deliveries)
 	}
 }
