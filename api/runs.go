@@ -142,8 +142,6 @@ func handleCreateRun(s *Server, w http.ResponseWriter, r *http.Request, p *Princ
 // request's hash and a fresh run id) before the run is created, so a crash
 // in between leaves a key whose retry creates the run under that same id.
 func (s *Server) createRun(ctx context.Context, p *Principal, key string, body []byte, sr runs.StartRequest) (*store.Run, bool, error) {
-	unlock := s.admits.lock(p.Tenant)
-	defer unlock()
 	sr.ID = runs.NewRunID()
 	var reserved *store.Idempotency
 	if key != "" {
@@ -174,13 +172,14 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		}
 	}
 	release := func() {
+		s.forget(ctx, sr.ID)
 		if reserved != nil {
 			if err := s.st.DeleteIdempotencyKey(context.WithoutCancel(ctx), reserved.Tenant, reserved.Key, reserved.RunID); err != nil {
 				s.log.Warn("release idempotency key", "err", err)
 			}
 		}
 	}
-	if err := s.admit(ctx, p.Tenant); err != nil {
+	if err := s.admit(ctx, p.Tenant, sr.ID); err != nil {
 		release()
 		return nil, false, err
 	}
@@ -562,15 +561,15 @@ func handleReplay(s *Server, w http.ResponseWriter, r *http.Request, p *Principa
 			return
 		}
 	}
-	unlock := s.admits.lock(p.Tenant)
-	defer unlock()
-	if err := s.admit(r.Context(), p.Tenant); err != nil {
+	id := runs.NewRunID()
+	if err := s.admit(r.Context(), p.Tenant, id); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	run, err := s.p.Runs.Replay(r.Context(), runs.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
+	run, err := s.p.Runs.Replay(r.Context(), runs.ReplayRequest{ID: id, Of: orig.ID, FromStep: req.FromStep, Agent: ref,
 		ModelAlias: req.ModelAlias, Instructions: req.Instructions, Mode: req.Mode, Mocks: req.Mocks, Tenant: p.Tenant, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
+		s.forget(r.Context(), id)
 		if ve := versionError(err); ve != nil {
 			s.fail(w, r, ve)
 			return

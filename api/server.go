@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"mime"
@@ -157,9 +156,6 @@ type Server struct {
 	hooks  *dispatcher
 	// corsOrigins are the origins CORS answers (Options and config).
 	corsOrigins []string
-
-	// admits serialises admission per tenant (check quotas, then create).
-	admits stripes
 
 	stopOnce sync.Once
 	ctx      context.Context
@@ -601,16 +597,4 @@ func decodeJSON(data []byte, v any) error {
 		return badRequest("the body holds more than one JSON value")
 	}
 	return nil
-}
-
-// stripes is a fixed set of mutexes picked by key: per-key locking without
-// a map that grows with every key.
-type stripes [64]sync.Mutex
-
-func (st *stripes) lock(key string) (unlock func()) {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	m := &st[h.Sum32()%uint32(len(st))]
-	m.Lock()
-	return m.Unlock
 }

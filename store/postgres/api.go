@@ -302,26 +302,9 @@ func (s *Store) Usage(ctx context.Context, tenant string, since []time.Time) (in
 		tenant).Scan(&open); err != nil {
 		return 0, nil, err
 	}
-	costs := make([]map[string]int64, len(since))
-	for i, t := range since {
-		type sum struct {
-			cur string
-			n   int64
-		}
-		rows, err := queryAll(ctx, s.pool, "SELECT currency, coalesce(sum(cost_micros), 0)::bigint FROM runs WHERE tenant = $1 AND created_at >= $2 GROUP BY currency",
-			[]any{tenant, micros(t)}, func(sc scanner) (sum, error) {
-				var r sum
-				return r, sc.Scan(&r.cur, &r.n)
-			})
-		if err != nil {
-			return 0, nil, err
-		}
-		costs[i] = map[string]int64{}
-		for _, r := range rows {
-			if r.n != 0 {
-				costs[i][r.cur] += r.n
-			}
-		}
+	costs, err := costsSince(ctx, s.pool, tenant, since)
+	if err != nil {
+		return 0, nil, err
 	}
 	return open, costs, nil
 }

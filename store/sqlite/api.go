@@ -317,26 +317,9 @@ func (s *Store) Usage(ctx context.Context, tenant string, since []time.Time) (in
 		tenant).Scan(&open); err != nil {
 		return 0, nil, err
 	}
-	costs := make([]map[string]int64, len(since))
-	for i, t := range since {
-		type row struct {
-			cur string
-			sum int64
-		}
-		rows, err := queryAll(ctx, s.r, "SELECT currency, coalesce(sum(cost_micros), 0) FROM runs WHERE tenant = ? AND created_at >= ? GROUP BY currency",
-			[]any{tenant, micros(t)}, func(sc scanner) (row, error) {
-				var r row
-				return r, sc.Scan(&r.cur, &r.sum)
-			})
-		if err != nil {
-			return 0, nil, err
-		}
-		costs[i] = map[string]int64{}
-		for _, r := range rows {
-			if r.sum != 0 {
-				costs[i][r.cur] += r.sum
-			}
-		}
+	costs, err := costsSince(ctx, s.r, tenant, since)
+	if err != nil {
+		return 0, nil, err
 	}
 	return open, costs, nil
 }
@@ -356,7 +339,12 @@ func (s *Store) ClaimInteractive(ctx context.Context, owner string, ttl time.Dur
 	return s.claimNext(ctx, owner, ttl, now, true)
 }
 
-func queryAll[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+// sqlQuerier is a *sql.DB or a *sql.Tx.
+type sqlQuerier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func queryAll[T any](ctx context.Context, db sqlQuerier, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
