@@ -39,7 +39,6 @@ func TestTimerFiresOnce(t *testing.T) {
 	})
 }
 
-
 func testTimerFiresOnce(t *testing.T, a, b store.Store) {
 	ctx := context.Background()
 	t0 := time.Unix(1_800_000_000, 0).UTC()
