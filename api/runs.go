@@ -159,8 +159,6 @@ func (s *Server) startRun(ctx context.Context, p *Principal, req *CreateRunReque
 // request's hash and a fresh run id) before the run is created, so a crash
 // in between leaves a key whose retry creates the run under that same id.
 func (s *Server) createRun(ctx context.Context, p *Principal, key string, body []byte, sr runs.StartRequest) (*store.Run, bool, error) {
-	unlock := s.admits.lock(p.Tenant)
-	defer unlock()
 	sr.ID = runs.NewRunID()
 	var reserved *store.Idempotency
 	if key != "" {
@@ -191,13 +189,14 @@ func (s *Server) createRun(ctx context.Context, p *Principal, key string, body [
 		}
 	}
 	release := func() {
+		s.forget(ctx, sr.ID)
 		if reserved != nil {
 			if err := s.st.DeleteIdempotencyKey(context.WithoutCancel(ctx), reserved.Tenant, reserved.Key, reserved.RunID); err != nil {
 				s.log.Warn("release idempotency key", "err", err)
 			}
 		}
 	}
-	if err := s.admit(ctx, p.Tenant); err != nil {
+	if err := s.admit(ctx, p.Tenant, sr.ID); err != nil {
 		release()
 		return nil, false, err
 	}
@@ -646,14 +645,14 @@ func (s *Server) Replay(ctx context.Context, p *Principal, id string, req Replay
 			return Run{}, err
 		}
 	}
-	unlock := s.admits.lock(p.Tenant)
-	defer unlock()
-	if err := s.admit(ctx, p.Tenant); err != nil {
+	newID := runs.NewRunID()
+	if err := s.admit(ctx, p.Tenant, newID); err != nil {
 		return Run{}, err
 	}
-	run, err := s.p.Runs.Replay(ctx, runs.ReplayRequest{Of: orig.ID, FromStep: req.FromStep, Agent: ref,
+	run, err := s.p.Runs.Replay(ctx, runs.ReplayRequest{ID: newID, Of: orig.ID, FromStep: req.FromStep, Agent: ref,
 		ModelAlias: req.ModelAlias, Instructions: req.Instructions, Mode: req.Mode, Mocks: req.Mocks, Tenant: p.Tenant, Admin: p.Has(ScopeAdmin)})
 	if err != nil {
+		s.forget(ctx, newID)
 		if ve := versionError(err); ve != nil {
 			return Run{}, ve
 		}

@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"mime"
@@ -76,6 +75,11 @@ type Options struct {
 	// interactive reserve looks five times as often).
 	Poll time.Duration
 
+	// StreamPoll is how often streams look for events nothing announced
+	// (default 1s): appends by another process's workers on a store
+	// without a change feed (SQLite), or made while the feed (PostgreSQL's
+	// LISTEN/NOTIFY) was reconnecting.
+	StreamPoll time.Duration
 	// Heartbeat is the interval of SSE comments on idle streams (default 15s).
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write of a response, counted from when it is
@@ -164,9 +168,6 @@ type Server struct {
 	// mcp is Options.MCP's handler (nil: none).
 	mcp http.Handler
 
-	// admits serialises admission per tenant (check quotas, then create).
-	admits stripes
-
 	stopOnce sync.Once
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -205,6 +206,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.Poll <= 0 {
 		o.Poll = 50 * time.Millisecond
+	}
+	if o.StreamPoll <= 0 {
+		o.StreamPoll = defaultStreamPoll
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 15 * time.Second
@@ -250,7 +254,7 @@ func New(o Options) (*Server, error) {
 	s := &Server{o: o, p: o.Platform, st: st, cfg: o.Config, log: o.Logger, clock: o.Clock, corsOrigins: origins}
 	s.auth = newAuthenticator(st, o.Config.Issuers, o.HTTPClient, o.Clock)
 	s.router = newRouter(Routes())
-	s.hub = newHub(st, o.Logger)
+	s.hub = newHub(st, o.Logger, o.StreamPoll)
 	s.hooks = newDispatcher(s)
 	if o.MCP != nil {
 		h, err := o.MCP(s)
@@ -263,7 +267,7 @@ func New(o Options) (*Server, error) {
 }
 
 // Start sets tenants' fair-queuing weights and starts the stream hub's
-// poller, the webhook dispatcher and (unless NoWorkers) the workers. They
+// poller and change feed, the webhook dispatcher and (unless NoWorkers) the workers. They
 // stop with ctx or Stop.
 func (s *Server) Start(ctx context.Context) error {
 	for name, t := range s.cfg.Tenants {
@@ -274,6 +278,13 @@ func (s *Server) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	s.ctx, s.cancel = ctx, cancel
 	s.goRun(func() { s.hub.run(ctx) })
+	if cf, ok := any(s.st).(store.ChangeFeed); ok {
+		s.goRun(func() {
+			if err := cf.Watch(ctx, s.hub.changed); err != nil {
+				s.log.Error("change feed", "err", err)
+			}
+		})
+	}
 	s.goRun(func() { s.hooks.run(ctx) })
 	if s.o.NoWorkers {
 		return nil
@@ -661,16 +672,4 @@ func decodeJSON(data []byte, v any) error {
 		return badRequest("the body holds more than one JSON value")
 	}
 	return nil
-}
-
-// stripes is a fixed set of mutexes picked by key: per-key locking without
-// a map that grows with every key.
-type stripes [64]sync.Mutex
-
-func (st *stripes) lock(key string) (unlock func()) {
-	h := fnv.New32a()
-	h.Write([]byte(key))
-	m := &st[h.Sum32()%uint32(len(st))]
-	m.Lock()
-	return m.Unlock
 }

@@ -76,11 +76,15 @@ func (fr frame) bytes(withLog bool) []byte {
 // with subscribers has one feed that reads new events from the store once
 // and keeps them encoded, so a hundred clients of one run cost one query
 // per batch. Workers in this process wake the feed after each append
-// (notify); a slow poll covers workers in other processes. Only committed
-// events are read, so a stream never shows an event a crash could undo.
+// (notify); a store with a change feed (PostgreSQL's LISTEN/NOTIFY) wakes
+// it for appends committed by any process (changed), and a slow poll
+// covers what neither announced (another process's workers on SQLite, a
+// feed reconnecting). Only committed events are read, so a stream never
+// shows an event a crash could undo.
 type hub struct {
-	st  store.Store
-	log *slog.Logger
+	st   store.Store
+	log  *slog.Logger
+	poll time.Duration
 
 	mu    sync.Mutex
 	feeds map[string]*feed
@@ -90,9 +94,9 @@ type hub struct {
 // behind reads the store directly.
 const feedCache = 4096
 
-// fallbackPoll is how often feeds look for events that no notification
-// announced (appends by another process).
-const fallbackPoll = time.Second
+// defaultStreamPoll is how often feeds look for events that no
+// notification announced (Options.StreamPoll).
+const defaultStreamPoll = time.Second
 
 // announceGrace is how long a feed keeps looking, every 5 ms, for announced
 // events that are not committed yet.
@@ -111,13 +115,27 @@ type feed struct {
 	closed bool
 }
 
-func newHub(st store.Store, log *slog.Logger) *hub {
-	return &hub{st: st, log: log, feeds: map[string]*feed{}}
+func newHub(st store.Store, log *slog.Logger, poll time.Duration) *hub {
+	return &hub{st: st, log: log, poll: poll, feeds: map[string]*feed{}}
+}
+
+// changed is the hub's listener of the store's change feed.
+func (h *hub) changed(c store.Change) {
+	if c.RunID != "" {
+		h.notify(c.RunID, c.Seq)
+		return
+	}
+	// Changes may have been missed: every feed reads its run again.
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range h.feeds {
+		f.poke()
+	}
 }
 
 // run polls the feeds that have subscribers until ctx ends.
 func (h *hub) run(ctx context.Context) {
-	t := time.NewTicker(fallbackPoll)
+	t := time.NewTicker(h.poll)
 	defer t.Stop()
 	for {
 		select {

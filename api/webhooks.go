@@ -203,8 +203,10 @@ func handleGetDelivery(s *Server, w http.ResponseWriter, r *http.Request, p *Pri
 
 // dispatcher turns ended runs into deliveries (the outbox) and delivers
 // them with retries. Deliveries live in the store, so a restart resumes
-// them; an attempt cut short by a crash is made again under the same
-// webhook-id, which receivers use to drop repeats.
+// them; each attempt is claimed in the store first (ClaimDeliveries), so
+// of many processes' dispatchers one makes it; an attempt cut short by a
+// crash is made again under the same webhook-id, which receivers use to
+// drop repeats.
 type dispatcher struct {
 	s      *Server
 	client *http.Client
@@ -237,6 +239,12 @@ func newDispatcher(s *Server) *dispatcher {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
+// lease is how long a claimed delivery is this process's to attempt: the
+// attempt's reads, its POST and its record fit well within it. An attempt
+// that never recorded (the process died, or stopped mid-attempt) is
+// claimed again by any process once it has passed.
+func (d *dispatcher) lease() time.Duration { return 2*d.s.o.WebhookTimeout + 10*time.Second }
+
 // stopTenant cancels this process's attempts in flight for tenant.
 func (d *dispatcher) stopTenant(tenant string) {
 	d.mu.Lock()
@@ -262,7 +270,7 @@ func (d *dispatcher) run(ctx context.Context) {
 		if err := d.enqueue(ctx); err != nil && ctx.Err() == nil {
 			d.s.log.Error("webhook outbox", "err", err)
 		}
-		due, err := d.s.st.DueDeliveries(ctx, d.s.clock(), 64)
+		due, err := d.s.st.ClaimDeliveries(ctx, d.s.clock(), d.lease(), 64)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.s.log.Error("webhook deliveries", "err", err)
@@ -351,7 +359,7 @@ func (d *dispatcher) attempt(ctx, actx context.Context, dl *store.Delivery) {
 	}
 	if wh != nil {
 		// The delivery is read again after the webhook: a deletion that
-		// committed since DueDeliveries (and a registration after it) has
+		// committed since ClaimDeliveries (and a registration after it) has
 		// dropped it, and a dropped delivery is never sent.
 		cur, err := d.s.st.GetDelivery(actx, dl.ID)
 		if err != nil || cur.Status != store.DeliveryPending {

@@ -33,6 +33,7 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/redact"
+	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -78,8 +79,12 @@ type Options struct {
 	// more is cut and flagged. What the model reads inline is bounded
 	// further by the loop.
 	MaxOutputBytes int
-	Logger         *slog.Logger
-	Clock          func() time.Time
+	// Rates keeps the per-user and per-tenant rate-limit windows (the
+	// platform's store, shared by every process). Without it they are
+	// counted in this process's memory only.
+	Rates  store.RateStore
+	Logger *slog.Logger
+	Clock  func() time.Time
 }
 
 // DefaultMaxOutputBytes is the default of Options.MaxOutputBytes.

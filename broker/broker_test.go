@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/secrets"
+	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -91,6 +92,12 @@ var testRules = []agent.Policy{
 
 func newFixture(t *testing.T, funcs map[string]tool.Func) *fixture {
 	t.Helper()
+	return newFixtureRates(t, funcs, nil)
+}
+
+// newFixtureRates is newFixture with the rate-limit windows kept in rates.
+func newFixtureRates(t *testing.T, funcs map[string]tool.Func, rates store.RateStore) *fixture {
+	t.Helper()
 	ms, err := tool.ParseManifests("t.yaml", []byte(testManifests))
 	if err != nil {
 		t.Fatal(err)
@@ -131,6 +138,7 @@ func newFixture(t *testing.T, funcs map[string]tool.Func) *fixture {
 		Credentials:    &secrets.Broker{Store: f.creds, Clock: f.clock},
 		Clock:          f.clock,
 		MaxOutputBytes: 4096,
+		Rates:          rates,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/policy"
 	"github.com/agentplane/agentplane/redact"
+	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
@@ -133,7 +134,7 @@ func (b *Broker) decide(ctx context.Context, p Proposal) trace.Decision {
 	// 5. Rate limits. A call that waits for approval is checked but not
 	// charged: the approval, not this decision, lets it run.
 	now := b.o.Clock()
-	if d, ok := b.rateLimit(p, now, need == nil); !ok {
+	if d, ok := b.rateLimit(ctx, p, now, need == nil); !ok {
 		return d
 	}
 
@@ -234,8 +235,10 @@ func policyInput(p Proposal, pr *authz.Principal, set *policy.Set) (*policy.Inpu
 }
 
 // rateLimit checks every limit of the manifest; with charge, an allowed
-// call is counted in the per-user and per-tenant windows.
-func (b *Broker) rateLimit(p Proposal, now time.Time, charge bool) (trace.Decision, bool) {
+// call is counted in the per-user and per-tenant windows: in the store
+// (Options.Rates), which every process shares, or without one in this
+// process's memory.
+func (b *Broker) rateLimit(ctx context.Context, p Proposal, now time.Time, charge bool) (trace.Decision, bool) {
 	m := p.Manifest
 	if len(m.RateLimits) == 0 {
 		return trace.Decision{}, true
@@ -267,6 +270,24 @@ func (b *Broker) rateLimit(p Proposal, now time.Time, charge bool) (trace.Decisi
 		}
 	}
 	if len(keys) == 0 {
+		return trace.Decision{}, true
+	}
+	if b.o.Rates != nil {
+		ws := make([]store.RateWindow, len(keys))
+		for i, k := range keys {
+			ws[i] = store.RateWindow{Key: k, N: limits[i].N, Per: limits[i].Per}
+		}
+		i, err := b.o.Rates.TakeRate(ctx, ws, now, charge)
+		if err != nil {
+			// Fail closed: a limit that cannot be counted is not granted.
+			b.o.Logger.Warn("rate limit: store", "tool", m.Name, "err", err)
+			return b.deny(ControlRateLimit, "rate_limit:unavailable", "the rate limit of %s could not be checked now; try later or finish without it", m.Name), false
+		}
+		if i >= 0 {
+			rl := limits[i]
+			return b.deny(ControlRateLimit, "rate_limit:"+rl.String(), "rate limit of %s %s reached; try later or finish without it",
+				m.Name, rl.String()), false
+		}
 		return trace.Decision{}, true
 	}
 	if i := b.limits.take(keys, limits, now, charge); i >= 0 {

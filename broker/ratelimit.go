@@ -12,9 +12,10 @@ import (
 // the limit through across a window boundary.
 const maxExactWindow = 4096
 
-// limiter holds the per-user and per-tenant rate windows of this process.
-// They are not shared between processes and are lost on restart: a fleet of
-// N workers lets up to N times a per-user limit through. Per-run limits do
+// limiter holds the per-user and per-tenant rate windows of a broker
+// without a store (Options.Rates). They are not shared between processes
+// and are lost on restart: a fleet of N workers would let up to N times a
+// per-user limit through, which is why the platform passes its store. Per-run limits do
 // not live here; they are counted from the run's log.
 type limiter struct {
 	mu    sync.Mutex

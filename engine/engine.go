@@ -351,12 +351,63 @@ func (e *env) append(ctx context.Context, pe []pendingEvent, d Durability, consu
 		head = evs[i].Hash
 	}
 	req := store.AppendRequest{RunID: e.run.ID, Epoch: e.epoch, Events: evs, Durable: d == Durable, Update: e.summary, ConsumeSignals: consume}
-	if err := e.s.Append(ctx, req); err != nil {
+	if err := e.appendRetrying(ctx, req); err != nil {
 		return nil, fmt.Errorf("append %s to run %s: %w", pe[0].typ, e.run.ID, err)
 	}
 	e.summary = nil
 	e.head, e.seq, e.now = head, seq, at
 	return evs, nil
+}
+
+// appendAttempts bounds the tries of an append the store cannot take now
+// (store.ErrUnavailable: the database unreachable, locked or full); with
+// the default backoff they span about 3 seconds. After the last, the
+// append's error ends the workflow and the worker marks the run failed.
+const appendAttempts = 6
+
+// appendRetrying appends req, retrying while the store is unavailable
+// with the retry policy's backoff. An attempt reported failed may have
+// committed (the connection broke after the commit): the retry then
+// finds its own events in the log, which is success, not a conflict.
+func (e *env) appendRetrying(ctx context.Context, req store.AppendRequest) error {
+	backoff := e.retry.Backoff
+	for attempt := 1; ; attempt++ {
+		err := e.s.Append(ctx, req)
+		if err == nil {
+			return nil
+		}
+		if attempt > 1 && errors.Is(err, store.ErrConflict) && e.landed(ctx, req) {
+			return nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) || attempt == appendAttempts {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		}
+		backoff = min(backoff*2, e.retry.MaxBackoff)
+	}
+}
+
+// landed reports whether req's events are in the log as req has them.
+func (e *env) landed(ctx context.Context, req store.AppendRequest) bool {
+	if len(req.Events) == 0 {
+		return false
+	}
+	evs, err := e.s.Events(ctx, req.RunID, req.Events[0].Seq-1, len(req.Events))
+	if err != nil || len(evs) != len(req.Events) {
+		return false
+	}
+	for i := range evs {
+		if evs[i].Hash != req.Events[i].Hash {
+			return false
+		}
+	}
+	return true
 }
 
 // recordedSignals consumes the signal events at the cursor.

@@ -210,7 +210,7 @@ func (e *Worker) drive(parent context.Context, run *store.Run) error {
 	switch {
 	case err == nil:
 		var noWake time.Time
-		if err := e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake}); err != nil {
+		if err := e.release(rctx, run, store.RunUpdate{Status: &out.Status, Result: &out.Result, WakeAt: &noWake}); err != nil {
 			return err
 		}
 		if out.Status == store.StatusFailed {
@@ -222,27 +222,49 @@ func (e *Worker) drive(parent context.Context, run *store.Run) error {
 		// Waiting holds nothing: the lease goes, and a signal or the timer
 		// makes the run claimable again.
 		st := store.StatusWaiting
-		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, WakeAt: &park.wakeAt})
+		return e.release(rctx, run, store.RunUpdate{Status: &st, WakeAt: &park.wakeAt})
 	case errors.Is(err, trace.ErrDamaged):
 		// Failed closed: the run never resumes from a log that does not
 		// verify. Nothing is appended to the damaged log; the reason is
 		// the run's result, shown by the CLI and the API.
 		e.o.Logger.Error("run log damaged; run failed without resuming", "run", run.ID, "err", err)
 		st, msg := store.StatusFailed, "not resumed: "+err.Error()
-		return e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, Result: &msg})
+		return e.release(rctx, run, store.RunUpdate{Status: &st, Result: &msg})
 	case parent.Err() != nil || errors.Is(context.Cause(ctx), store.ErrLeaseLost) || errors.Is(err, store.ErrLeaseLost):
 		// Shutting down or fenced out: leave the run to whoever holds it
 		// next; its log is intact up to the last commit.
 		return nil
 	default:
 		// The workflow failed in a way it could not record (for example the
-		// log could not be written). Mark the run failed without a terminal
-		// event; trace shows the last durable event.
+		// log could not be written, after retries). Mark the run failed
+		// without a terminal event; trace shows the last durable event. If
+		// even that cannot be written, the lease runs out and another
+		// worker resumes the run from its log: it is retried, never left
+		// looking healthy.
 		st, msg := store.StatusFailed, "platform error: "+err.Error()
-		if rerr := e.o.Store.ReleaseRun(rctx, run.ID, run.LeaseEpoch, store.RunUpdate{Status: &st, Result: &msg}); rerr != nil {
+		if errors.Is(err, store.ErrUnavailable) {
+			// The store's own words stay in the server's log.
+			msg = "platform error: the run's log could not be written (the store was unavailable); start the run again"
+		}
+		e.o.Logger.Error("run failed: its log could not be written", "run", run.ID, "err", err)
+		if rerr := e.release(rctx, run, store.RunUpdate{Status: &st, Result: &msg}); rerr != nil {
 			return errors.Join(err, rerr)
 		}
 		return err
+	}
+}
+
+// release ends run's lease with u, retrying while the store is
+// unavailable as appends do.
+func (e *Worker) release(ctx context.Context, run *store.Run, u store.RunUpdate) error {
+	backoff := e.o.Retry.Backoff
+	for attempt := 1; ; attempt++ {
+		err := e.o.Store.ReleaseRun(ctx, run.ID, run.LeaseEpoch, u)
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || attempt == appendAttempts {
+			return err
+		}
+		time.Sleep(backoff)
+		backoff = min(backoff*2, e.o.Retry.MaxBackoff)
 	}
 }
 

@@ -128,8 +128,13 @@ type APIStore interface {
 	// nil) and marks the run notified, in one transaction. A run already
 	// notified is left alone and d is not stored (ErrConflict).
 	MarkNotified(ctx context.Context, runID string, d *Delivery) error
-	// DueDeliveries returns pending deliveries whose next attempt is due.
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*Delivery, error)
+	// ClaimDeliveries takes up to limit pending deliveries whose next
+	// attempt is due at now, for the caller to attempt: it moves their
+	// next attempt to now+lease in the same statement, so no other caller
+	// (in any process) gets them until then. The attempt's RecordAttempt
+	// sets the real next attempt; an attempt whose process died is made
+	// again once the lease has passed, under the same webhook-id.
+	ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*Delivery, error)
 	// RecordAttempt stores an attempt and the delivery's new state
 	// together. A delivery that is no longer pending (dropped while the
 	// attempt ran) keeps its state; the attempt is still stored.
@@ -145,10 +150,48 @@ type APIStore interface {
 	// created at or after it, by currency in micro-units.
 	Usage(ctx context.Context, tenant string, since []time.Time) (open int, cost []map[string]int64, err error)
 
+	// AdmitRun decides whether tenant may start the run runID, in one
+	// transaction under a lock on the tenant that every process's AdmitRun
+	// for that tenant takes: it reads the tenant's open runs (queued,
+	// running or waiting, plus the runs admitted in the last
+	// AdmissionHold that do not exist yet, runID aside) and, for each
+	// time in since, the cost of its runs created at or after it, by
+	// currency in micro-units; calls decide with them; and, when decide
+	// returns nil, records runID as admitted. decide's error is returned
+	// as is. The caller then creates the run, or calls ForgetAdmission.
+	AdmitRun(ctx context.Context, tenant, runID string, since []time.Time, now time.Time,
+		decide func(open int, cost []map[string]int64) error) error
+	// ForgetAdmission frees the admission of a run that was not created
+	// after all (the request was refused).
+	ForgetAdmission(ctx context.Context, runID string) error
+
 	// SetFairWeight sets a tenant's share of background work (default 1).
 	SetFairWeight(ctx context.Context, tenant string, weight float64) error
 	// ClaimInteractive is ClaimRun restricted to interactive (stream) runs:
 	// the reserve of workers that keeps chat runs starting while background
 	// work fills every other worker.
 	ClaimInteractive(ctx context.Context, owner string, ttl time.Duration, now time.Time) (*Run, error)
+}
+
+// AdmissionHold is how long an admitted run whose row was never created
+// (its process died in between) counts against its tenant's open runs.
+const AdmissionHold = time.Minute
+
+// RateWindow is one rate limit a call must fit: at most N calls in any
+// window of length Per, counted under Key.
+type RateWindow struct {
+	Key string
+	N   int
+	Per time.Duration
+}
+
+// RateStore keeps rate-limit windows that every process shares. It is
+// optional: a store that implements it lets the tool broker count per-user
+// and per-tenant limits across processes.
+type RateStore interface {
+	// TakeRate checks every window at now and returns the index of the
+	// first that is full, or -1. When all have room and charge is set, the
+	// call is counted in each, in the same transaction, so that concurrent
+	// callers in any process cannot both take a window's last slot.
+	TakeRate(ctx context.Context, windows []RateWindow, now time.Time, charge bool) (int, error)
 }

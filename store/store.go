@@ -516,3 +516,26 @@ type ConnectorStore interface {
 	// DeleteConnector removes the connector or returns ErrNotFound.
 	DeleteConnector(ctx context.Context, tenant, name string) error
 }
+
+// Change says that a run's log or status changed: events up to Seq were
+// committed (Seq 0: only its status changed). The zero Change (RunID "")
+// means changes may have been missed (the feed reconnected): a listener
+// re-reads whatever it follows.
+type Change struct {
+	RunID string
+	Seq   int64
+}
+
+// ChangeFeed is implemented by a store that tells every process of the
+// appends and releases committed by any process (PostgreSQL's
+// LISTEN/NOTIFY), so streams wake without polling. It is optional: a
+// store without it (SQLite) is polled, and the process's own workers wake
+// streams directly.
+type ChangeFeed interface {
+	// Watch calls fn for each change committed after it started, from
+	// one goroutine, until ctx ends; it then returns nil. A change may be
+	// announced more than once, or not at all while the feed is
+	// reconnecting: fn then gets the zero Change once the feed is back (and
+	// once at the start), and a listener falls back to polling until then.
+	Watch(ctx context.Context, fn func(Change)) error
+}

@@ -152,6 +152,7 @@ type Store interface {
 	store.TenantStore
 	store.ConnectorStore
 	store.SessionStore
+	store.RateStore
 }
 
 // OpenStore opens the run store named by spec: "" is the embedded SQLite
@@ -244,7 +245,8 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		return fail(err)
 	}
 	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock, Executors: execs, Remote: p.MCP,
-		Directory: p.Principals, Policies: pc.get, Credentials: &secrets.Broker{Store: p.Secrets, Clock: o.Clock}})
+		Directory: p.Principals, Policies: pc.get, Credentials: &secrets.Broker{Store: p.Secrets, Clock: o.Clock},
+		Rates: p.Store})
 	if err != nil {
 		return fail(err)
 	}

@@ -225,13 +225,16 @@ func scanDelivery(sc scanner) (*store.Delivery, error) {
 	return &d, nil
 }
 
-// DueDeliveries implements store.APIStore.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*store.Delivery, error) {
+// ClaimDeliveries implements store.APIStore: the due rows are locked with
+// FOR UPDATE SKIP LOCKED and leased in one statement, so concurrent
+// dispatchers in any process skip what another is taking.
+func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*store.Delivery, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return queryAll(ctx, s.pool, "SELECT "+deliveryCols+" FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1"+
-		" ORDER BY next_attempt_at, id LIMIT $2", []any{micros(now), limit}, scanDelivery)
+	return queryAll(ctx, s.pool, "UPDATE webhook_deliveries SET next_attempt_at = $1 WHERE id IN (SELECT id FROM webhook_deliveries"+
+		" WHERE status = 'pending' AND next_attempt_at <= $2 ORDER BY next_attempt_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) RETURNING "+deliveryCols,
+		[]any{micros(now.Add(lease)), micros(now), limit}, scanDelivery)
 }
 
 // RecordAttempt implements store.APIStore.
@@ -299,26 +302,9 @@ func (s *Store) Usage(ctx context.Context, tenant string, since []time.Time) (in
 		tenant).Scan(&open); err != nil {
 		return 0, nil, err
 	}
-	costs := make([]map[string]int64, len(since))
-	for i, t := range since {
-		type sum struct {
-			cur string
-			n   int64
-		}
-		rows, err := queryAll(ctx, s.pool, "SELECT currency, coalesce(sum(cost_micros), 0)::bigint FROM runs WHERE tenant = $1 AND created_at >= $2 GROUP BY currency",
-			[]any{tenant, micros(t)}, func(sc scanner) (sum, error) {
-				var r sum
-				return r, sc.Scan(&r.cur, &r.n)
-			})
-		if err != nil {
-			return 0, nil, err
-		}
-		costs[i] = map[string]int64{}
-		for _, r := range rows {
-			if r.n != 0 {
-				costs[i][r.cur] += r.n
-			}
-		}
+	costs, err := costsSince(ctx, s.pool, tenant, since)
+	if err != nil {
+		return 0, nil, err
 	}
 	return open, costs, nil
 }

@@ -95,6 +95,8 @@ func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 	set, uargs := runUpdateSQL(req.Update, 5)
 	b.Queue("UPDATE runs SET last_seq = CASE WHEN $4::bigint < 0 THEN last_seq ELSE $4::bigint END"+set+" WHERE id = $1 AND "+fenced,
 		append([]any{req.RunID, req.Epoch, head, last}, uargs...)...)
+	// Every process hears of the append when it commits (feed.go).
+	b.Queue(notifySQL, req.RunID, max(last, 0))
 
 	res := tx.SendBatch(ctx, b)
 	defer res.Close()
@@ -138,6 +140,9 @@ func appendOne(ctx context.Context, tx pgx.Tx, req *store.AppendRequest) error {
 	}
 	if _, err := res.Exec(); err != nil {
 		return err
+	}
+	if _, err := res.Exec(); err != nil {
+		return fmt.Errorf("append to run %s: notify: %w", req.RunID, err)
 	}
 	return res.Close()
 }

@@ -123,8 +123,10 @@ func (s *Store) claimNext(ctx context.Context, owner string, ttl time.Duration, 
 }
 
 // claimFair picks the background run to claim and charges its tenant:
-// its virtual finish time advances by 1/weight, and the system's virtual
-// time to the run's start tag. Rows are locked in one order (the tenant's,
+// its virtual finish time advances by 1/weight from the later of its
+// stored finish and the run's start tag (the upsert holds the tenant's
+// row lock, so claims of one tenant racing in several processes each
+// advance it), and the system's virtual time to the run's start tag. Rows are locked in one order (the tenant's,
 // then the system's), so concurrent claimers cannot deadlock.
 func claimFair(ctx context.Context, tx pgx.Tx, now time.Time, id *string) error {
 	var v float64
@@ -137,7 +139,7 @@ func claimFair(ctx context.Context, tx pgx.Tx, now time.Time, id *string) error 
 		return err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO fair_queue(tenant, weight, finish) VALUES ($1, 1, $2::float8 + 1)
-		ON CONFLICT(tenant) DO UPDATE SET finish = $2::float8 + 1.0 / fair_queue.weight`, tenant, start); err != nil {
+		ON CONFLICT(tenant) DO UPDATE SET finish = greatest(fair_queue.finish, $2::float8) + 1.0 / fair_queue.weight`, tenant, start); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO fair_queue(tenant, weight, finish) VALUES ('', 1, $1::float8)
@@ -170,13 +172,16 @@ func (s *Store) RenewLease(ctx context.Context, id string, epoch int64, ttl time
 // synchronously, which makes every earlier buffered append durable too.
 func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.RunUpdate) error {
 	set, args := runUpdateSQL(&u, 4)
-	n, err := s.exec(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = $1"+set+
-		" WHERE id = $2 AND lease_epoch = $3", append([]any{micros(time.Now()), id, epoch}, args...)...)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fmt.Errorf("release run %s: %w", id, store.ErrLeaseLost)
-	}
-	return nil
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = $1"+set+
+			" WHERE id = $2 AND lease_epoch = $3", append([]any{micros(time.Now()), id, epoch}, args...)...)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("release run %s: %w", id, store.ErrLeaseLost)
+		}
+		// Streams in every process re-read the run's status.
+		return notifyChange(ctx, tx, id, 0)
+	})
 }

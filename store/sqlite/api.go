@@ -232,13 +232,16 @@ func scanDelivery(sc scanner) (*store.Delivery, error) {
 	return &d, nil
 }
 
-// DueDeliveries implements store.APIStore.
-func (s *Store) DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*store.Delivery, error) {
+// ClaimDeliveries implements store.APIStore: one UPDATE ... RETURNING
+// under the database's write lock, which every process shares.
+func (s *Store) ClaimDeliveries(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]*store.Delivery, error) {
 	if limit <= 0 {
 		limit = 100
 	}
-	return queryAll(ctx, s.r, "SELECT "+deliveryCols+" FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= ?"+
-		" ORDER BY next_attempt_at, id LIMIT ?", []any{micros(now), limit}, scanDelivery)
+	ds, err := queryAll(ctx, s.w.DB, "UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id IN (SELECT id FROM webhook_deliveries"+
+		" WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY next_attempt_at, id LIMIT ?) RETURNING "+deliveryCols,
+		[]any{micros(now.Add(lease)), micros(now), limit}, scanDelivery)
+	return ds, classify(err)
 }
 
 // RecordAttempt implements store.APIStore.
@@ -314,26 +317,9 @@ func (s *Store) Usage(ctx context.Context, tenant string, since []time.Time) (in
 		tenant).Scan(&open); err != nil {
 		return 0, nil, err
 	}
-	costs := make([]map[string]int64, len(since))
-	for i, t := range since {
-		type row struct {
-			cur string
-			sum int64
-		}
-		rows, err := queryAll(ctx, s.r, "SELECT currency, coalesce(sum(cost_micros), 0) FROM runs WHERE tenant = ? AND created_at >= ? GROUP BY currency",
-			[]any{tenant, micros(t)}, func(sc scanner) (row, error) {
-				var r row
-				return r, sc.Scan(&r.cur, &r.sum)
-			})
-		if err != nil {
-			return 0, nil, err
-		}
-		costs[i] = map[string]int64{}
-		for _, r := range rows {
-			if r.sum != 0 {
-				costs[i][r.cur] += r.sum
-			}
-		}
+	costs, err := costsSince(ctx, s.r, tenant, since)
+	if err != nil {
+		return 0, nil, err
 	}
 	return open, costs, nil
 }
@@ -353,7 +339,12 @@ func (s *Store) ClaimInteractive(ctx context.Context, owner string, ttl time.Dur
 	return s.claimNext(ctx, owner, ttl, now, true)
 }
 
-func queryAll[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+// sqlQuerier is a *sql.DB or a *sql.Tx.
+type sqlQuerier interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+}
+
+func queryAll[T any](ctx context.Context, db sqlQuerier, q string, args []any, scan func(scanner) (T, error)) ([]T, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err

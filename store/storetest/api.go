@@ -182,10 +182,10 @@ func testDeleteWebhookDrops(t *testing.T, s APIStore) {
 		}
 	}
 	ok(t, "PutWebhook(again)", s.PutWebhook(ctx, &store.Webhook{Tenant: "tenant-1", URL: "https://y.example/h", Secret: "whsec_BBBB", UpdatedAt: Base}))
-	due, err := s.DueDeliveries(ctx, Base.Add(24*time.Hour), 10)
-	ok(t, "DueDeliveries", err)
+	due, err := s.ClaimDeliveries(ctx, Base.Add(24*time.Hour), time.Minute, 10)
+	ok(t, "ClaimDeliveries", err)
 	if len(due) != 1 || due[0].ID != "msg_o" {
-		t.Fatalf("DueDeliveries after the deletion = %+v, want only the other tenant's", due)
+		t.Fatalf("ClaimDeliveries after the deletion = %+v, want only the other tenant's", due)
 	}
 	// An attempt that was in flight when the webhook was deleted is stored,
 	// but the delivery stays dropped.
@@ -240,28 +240,40 @@ func testOutbox(t *testing.T, s APIStore) {
 		t.Fatalf("RunsToNotify after notifying = %v, want none", runIDs(runs))
 	}
 
-	due, err := s.DueDeliveries(ctx, Base.Add(-time.Second), 10)
-	ok(t, "DueDeliveries(before)", err)
+	due, err := s.ClaimDeliveries(ctx, Base.Add(-time.Second), time.Minute, 10)
+	ok(t, "ClaimDeliveries(before)", err)
 	if len(due) != 0 {
-		t.Fatalf("DueDeliveries before its time = %d", len(due))
+		t.Fatalf("ClaimDeliveries before its time = %d", len(due))
 	}
-	due, err = s.DueDeliveries(ctx, Base, 10)
-	ok(t, "DueDeliveries", err)
+	due, err = s.ClaimDeliveries(ctx, Base, time.Minute, 10)
+	ok(t, "ClaimDeliveries", err)
 	if len(due) != 1 || due[0].ID != "msg_1" || string(due[0].Payload) != string(d.Payload) || due[0].URL != d.URL {
-		t.Fatalf("DueDeliveries = %+v", due)
+		t.Fatalf("ClaimDeliveries = %+v", due)
+	}
+	// Claimed: nobody else gets it while the lease lasts; an attempt that
+	// never recorded (its process died) is claimed again after it.
+	due, err = s.ClaimDeliveries(ctx, Base.Add(59*time.Second), time.Minute, 10)
+	ok(t, "ClaimDeliveries(leased)", err)
+	if len(due) != 0 {
+		t.Fatalf("a claimed delivery was claimed again within its lease: %+v", due)
+	}
+	due, err = s.ClaimDeliveries(ctx, Base.Add(time.Minute), time.Minute, 10)
+	ok(t, "ClaimDeliveries(lease passed)", err)
+	if len(due) != 1 || due[0].ID != "msg_1" || due[0].Attempts != 0 {
+		t.Fatalf("ClaimDeliveries after the lease = %+v, want msg_1 again with no attempt recorded", due)
 	}
 	d.Attempts, d.NextAttemptAt, d.LastError, d.UpdatedAt = 1, Base.Add(time.Minute), "HTTP 500", Base.Add(time.Second)
 	ok(t, "RecordAttempt(1)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_1", N: 1, At: Base, StatusCode: 500, Error: "HTTP 500", DurationMS: 3}, d))
 	wantErr(t, "RecordAttempt(1 again)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_1", N: 1, At: Base}, d), store.ErrConflict)
-	due, err = s.DueDeliveries(ctx, Base.Add(30*time.Second), 10)
-	ok(t, "DueDeliveries(backing off)", err)
+	due, err = s.ClaimDeliveries(ctx, Base.Add(30*time.Second), time.Minute, 10)
+	ok(t, "ClaimDeliveries(backing off)", err)
 	if len(due) != 0 {
 		t.Fatalf("a delivery backing off is due: %+v", due)
 	}
 	d.Attempts, d.Status, d.LastError, d.UpdatedAt = 2, store.DeliveryDelivered, "", Base.Add(time.Minute)
 	ok(t, "RecordAttempt(2)", s.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: "msg_1", N: 2, At: Base.Add(time.Minute), StatusCode: 204}, d))
-	due, err = s.DueDeliveries(ctx, Base.Add(time.Hour), 10)
-	ok(t, "DueDeliveries(delivered)", err)
+	due, err = s.ClaimDeliveries(ctx, Base.Add(time.Hour), time.Minute, 10)
+	ok(t, "ClaimDeliveries(delivered)", err)
 	if len(due) != 0 {
 		t.Fatalf("a delivered message is due again: %+v", due)
 	}

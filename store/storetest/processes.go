@@ -20,8 +20,11 @@ import (
 // and a takeover do not both succeed, a stale epoch writes nothing, one
 // idempotency key names one run for every caller, the first decision on an
 // approval wins, a signal sent through one handle is consumed through
-// the other exactly once, and of tenants racing to register one connector
-// name one gets it and the others change nothing.
+// the other exactly once, of tenants racing to register one connector
+// name one gets it and the others change nothing, each due webhook
+// delivery is claimed by one dispatcher, admissions racing against a
+// tenant's limit admit exactly the limit, and rate-limit windows are
+// shared by both handles.
 func ExerciseProcesses(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
 	t.Run("ConcurrentClaims", func(t *testing.T) { testConcurrentClaims(t, open) })
 	t.Run("TakeoverRacesRenewal", func(t *testing.T) { testTakeoverRacesRenewal(t, open) })
@@ -30,6 +33,9 @@ func ExerciseProcesses(t *testing.T, open func(t *testing.T) (APIStore, APIStore
 	t.Run("ConcurrentDecisions", func(t *testing.T) { testConcurrentDecisions(t, open) })
 	t.Run("SignalsAcrossProcesses", func(t *testing.T) { testSignalsAcross(t, open) })
 	t.Run("ConnectorNameRace", func(t *testing.T) { testConnectorNameRace(t, open) })
+	t.Run("DeliveryClaims", func(t *testing.T) { testDeliveryClaims(t, open) })
+	t.Run("ConcurrentAdmissions", func(t *testing.T) { testConcurrentAdmissions(t, open) })
+	t.Run("SharedRateWindows", func(t *testing.T) { testSharedRateWindows(t, open) })
 }
 
 // racers is how many concurrent callers each case starts, alternating
@@ -378,5 +384,153 @@ func testConnectorNameRace(t *testing.T, open func(t *testing.T) (APIStore, APIS
 	ok(t, "ListConnectors", err)
 	if len(all) != 1 || all[0].Tenant != fmt.Sprintf("tenant-%d", w) || string(all[0].Spec) != string(spec(w)) {
 		t.Fatalf("connectors after the race = %+v, want only tenant-%d's, as it put it", all, w)
+	}
+}
+
+// testDeliveryClaims races dispatchers on both handles for due webhook
+// deliveries: each is claimed by exactly one of them, so one process
+// POSTs it.
+func testDeliveryClaims(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
+	a, b := open(t)
+	const deliveries = 20
+	for n := range deliveries {
+		id := fmt.Sprintf("r%d", n)
+		newRun(t, a, id, modeAsync, Base)
+		endRun(t, a, id, store.StatusCompleted, Base)
+		ok(t, "MarkNotified", a.MarkNotified(t.Context(), id, &store.Delivery{ID: "msg_" + id, Tenant: "tenant-1", RunID: id,
+			EventType: "run.completed", URL: "https://x.example/h", Payload: []byte(`{}`), Status: store.DeliveryPending,
+			NextAttemptAt: Base, CreatedAt: Base, UpdatedAt: Base}))
+	}
+	claimed := make([][]string, racers)
+	errs := race(a, b, func(i int, s APIStore) error {
+		for {
+			ds, err := s.ClaimDeliveries(t.Context(), Base.Add(time.Second), time.Minute, 2)
+			if err != nil || len(ds) == 0 {
+				return err
+			}
+			for _, d := range ds {
+				claimed[i] = append(claimed[i], d.ID)
+			}
+		}
+	})
+	winners(t, "ClaimDeliveries", errs)
+	by := map[string]int{}
+	for i, ids := range claimed {
+		for _, id := range ids {
+			if j, dup := by[id]; dup {
+				t.Fatalf("delivery %s claimed by caller %d and caller %d", id, j, i)
+			}
+			by[id] = i
+		}
+	}
+	if len(by) != deliveries {
+		t.Fatalf("%d of %d due deliveries were claimed", len(by), deliveries)
+	}
+}
+
+var errQuotaFull = errors.New("quota full")
+
+// testConcurrentAdmissions races admissions of new runs of one tenant
+// from both handles against a limit of K open runs: exactly K are
+// admitted, admitted runs count until created (and then as runs), and an
+// admission whose run was never created stops counting after the hold.
+func testConcurrentAdmissions(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
+	a, b := open(t)
+	const k = 3
+	newRun(t, a, "existing", modeAsync, Base) // one open run already
+	limit := func(open int, _ []map[string]int64) error {
+		if open >= k {
+			return errQuotaFull
+		}
+		return nil
+	}
+	errs := race(a, b, func(i int, s APIStore) error {
+		return s.AdmitRun(t.Context(), "tenant-1", fmt.Sprintf("new%d", i), nil, Base, limit)
+	})
+	won := winners(t, "AdmitRun", errs, errQuotaFull)
+	if len(won) != k-1 {
+		t.Fatalf("%d of %d racing admissions were admitted with 1 of %d open, want %d", len(won), racers, k, k-1)
+	}
+	// Another tenant is not held up by this one.
+	ok(t, "AdmitRun(other tenant)", b.AdmitRun(t.Context(), "tenant-2", "other", nil, Base, limit))
+	// Creating an admitted run does not count it twice; forgetting one
+	// frees its place.
+	newRun(t, a, fmt.Sprintf("new%d", won[0]), modeAsync, Base)
+	wantErr(t, "AdmitRun(full)", b.AdmitRun(t.Context(), "tenant-1", "late", nil, Base, limit), errQuotaFull)
+	ok(t, "ForgetAdmission", a.ForgetAdmission(t.Context(), fmt.Sprintf("new%d", won[1])))
+	ok(t, "AdmitRun(after forget)", b.AdmitRun(t.Context(), "tenant-1", "late", nil, Base, limit))
+	// "late" was never created: after the hold it no longer counts.
+	later := Base.Add(store.AdmissionHold + time.Second)
+	ok(t, "AdmitRun(after the hold)", a.AdmitRun(t.Context(), "tenant-1", "later", nil, later, limit))
+	// The usage decide sees: open runs and costs since each time.
+	var seen int
+	var costs []map[string]int64
+	wantErr(t, "AdmitRun(refused by decide)", b.AdmitRun(t.Context(), "tenant-1", "x", []time.Time{Base}, later, func(o int, c []map[string]int64) error {
+		seen, costs = o, c
+		return errQuotaFull
+	}), errQuotaFull)
+	if seen != 3 || len(costs) != 1 {
+		t.Fatalf("decide saw %d open runs and %d cost windows, want 3 (two runs and one admission) and 1", seen, len(costs))
+	}
+}
+
+// testSharedRateWindows takes calls from both handles against one
+// window: exactly N fit in it, whichever handle counted them, and the
+// window slides.
+func testSharedRateWindows(t *testing.T, open func(t *testing.T) (APIStore, APIStore)) {
+	a, b := open(t)
+	ra, okA := any(a).(store.RateStore)
+	rb, okB := any(b).(store.RateStore)
+	if !okA || !okB {
+		t.Fatal("the store does not implement store.RateStore: rate-limit windows would live in each process")
+	}
+	user := store.RateWindow{Key: "user:tenant-1:priya:refund", N: 5, Per: time.Minute}
+	tenant := store.RateWindow{Key: "tenant:tenant-1:refund", N: 100, Per: time.Hour}
+	windows := []store.RateWindow{tenant, user}
+	taken := make([]int, racers)
+	errs := race(a, b, func(i int, _ APIStore) error {
+		rs := ra
+		if i%2 == 1 {
+			rs = rb
+		}
+		for range 2 {
+			full, err := rs.TakeRate(t.Context(), windows, Base.Add(time.Duration(i)*time.Millisecond), true)
+			if err != nil {
+				return err
+			}
+			if full < 0 {
+				taken[i]++
+			} else if full != 1 {
+				return fmt.Errorf("window %d full, want the user's (1)", full)
+			}
+		}
+		return nil
+	})
+	winners(t, "TakeRate", errs)
+	total := 0
+	for _, n := range taken {
+		total += n
+	}
+	if total != user.N {
+		t.Fatalf("%d calls fit a window of %d shared by two handles", total, user.N)
+	}
+	// A check without charge counts nothing.
+	full, err := rb.TakeRate(t.Context(), []store.RateWindow{tenant}, Base.Add(time.Second), false)
+	ok(t, "TakeRate(check)", err)
+	if full != -1 {
+		t.Fatalf("the tenant window (%d of 100 used) is full: %d", total, full)
+	}
+	// The window slides: a minute on, the user has room again, and the
+	// tenant's hour still counts the earlier calls.
+	full, err = ra.TakeRate(t.Context(), windows, Base.Add(time.Minute+time.Second), true)
+	ok(t, "TakeRate(a minute on)", err)
+	if full != -1 {
+		t.Fatalf("a minute on, window %d is full", full)
+	}
+	small := store.RateWindow{Key: tenant.Key, N: total + 1, Per: time.Hour}
+	full, err = rb.TakeRate(t.Context(), []store.RateWindow{small}, Base.Add(2*time.Minute), false)
+	ok(t, "TakeRate(tenant)", err)
+	if full != 0 {
+		t.Fatalf("the tenant window forgot calls: %d calls in its hour should fill a limit of %d", total+1, total+1)
 	}
 }
