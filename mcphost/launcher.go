@@ -114,17 +114,8 @@ func (l *SandboxLauncher) stateDir(tenant, connector string) (string, error) {
 		}
 	}
 	root := filepath.Clean(l.State)
-	for d := filepath.Dir(root); ; d = filepath.Dir(d) {
-		st, err := os.Stat(d)
-		if err != nil {
-			return "", fmt.Errorf("mcphost: state folder %s: %w", root, err)
-		}
-		if st.Mode().Perm()&0o001 == 0 {
-			return "", fmt.Errorf("mcphost: the stdio servers' state folder %s is below %s, which sandbox uids cannot traverse (mode %v); put it elsewhere or make %s o+x", root, d, st.Mode().Perm(), d)
-		}
-		if d == "/" || d == "." {
-			break
-		}
+	if err := Traversable(root); err != nil {
+		return "", fmt.Errorf("mcphost: the stdio servers' state folder: %w", err)
 	}
 	dir := root
 	for _, n := range []string{tenant, connector} {
@@ -140,6 +131,25 @@ func (l *SandboxLauncher) stateDir(tenant, connector string) (string, error) {
 		return "", fmt.Errorf("mcphost: state folder: %w", err)
 	}
 	return dir, nil
+}
+
+// Traversable reports whether sandbox uids (any uid) can pass through
+// every folder above path, as they must to reach a folder bound into a
+// sandbox: nil, or an error naming the first folder that stops them.
+func Traversable(path string) error {
+	path = filepath.Clean(path)
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is below %s, which sandbox uids cannot traverse (mode %v); put it elsewhere or make %s o+x", path, d, st.Mode().Perm(), d)
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }
 
 type sandboxProcess struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/mcphost"
 	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
@@ -184,7 +185,11 @@ func (c *command) demo(args []string) error {
 	if spec.mcp {
 		stdio := *mcpStdio != "off"
 		if stdio {
-			if err := tier2Ready(p); err != nil {
+			err := tier2Ready(p)
+			if err == nil {
+				err = mcphost.Traversable(mcpRoot(cm.data))
+			}
+			if err != nil {
 				if *mcpStdio == "on" {
 					return fmt.Errorf("demo: --mcp-stdio on: the e-mail server needs a tier-2 sandbox, and %v; ./scripts/sandboxes.sh builds the guest into %s (run as root)", err, filepath.Join(toolsDir(), "bin"))
 				}
