@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,13 @@ type SandboxLauncher struct {
 	// bound read-only at sandbox.GuestMount; "" binds nothing. It is the
 	// operator's choice, never a tenant's.
 	Folder string
+	// State is the host folder under which each stdio server keeps data
+	// that outlives its sandbox (its idempotency records, say): the
+	// folder STATE/TENANT/CONNECTOR is bound read-write at
+	// sandbox.GuestState. "" gives servers no state. Like Folder it is
+	// the operator's choice, and sandbox uids must be able to traverse
+	// the folders above it.
+	State string
 	// Lifetime bounds one server's life (default 30 minutes).
 	Lifetime time.Duration
 	// MemoryMB caps each server's sandbox (default 512).
@@ -47,6 +56,10 @@ func (l *SandboxLauncher) Launch(ctx context.Context, x Launch) (Process, error)
 	caps := e.Capabilities()
 	if caps.Tier != 2 || !caps.Streams || (l.Folder != "" && !caps.Mounts) {
 		return nil, fmt.Errorf("the tier-2 executor %s cannot run a stdio server (streams %v, mounts %v)", caps.Name, caps.Streams, caps.Mounts)
+	}
+	state, err := l.stateDir(x.Tenant, x.Connector)
+	if err != nil {
+		return nil, err
 	}
 	life := l.Lifetime
 	if life <= 0 {
@@ -73,7 +86,7 @@ func (l *SandboxLauncher) Launch(ctx context.Context, x Launch) (Process, error)
 	runCtx, cancel := context.WithCancel(context.Background()) // lives past the connect call
 	p.cancel = cancel
 	req := sandbox.Request{Tier: 2, Tenant: x.Tenant, RunID: p.run, Tool: "mcp-" + x.Connector,
-		Spec: sandbox.Spec{Image: x.Image, Mount: l.Folder, MemoryMB: l.MemoryMB}, Allow: x.Allow,
+		Spec: sandbox.Spec{Image: x.Image, Mount: l.Folder, State: state, MemoryMB: l.MemoryMB}, Allow: x.Allow,
 		Exec: sandbox.Exec{Argv: x.Command, Env: x.Env, StdinFile: inR, StdoutFile: outW, Timeout: life, TailBytes: 16 << 10}}
 	go func() {
 		defer close(p.done)
@@ -86,6 +99,57 @@ func (l *SandboxLauncher) Launch(ctx context.Context, x Launch) (Process, error)
 		p.mu.Unlock()
 	}()
 	return p, nil
+}
+
+// stateDir makes the state folder of a tenant's connector ("" without
+// State): root and tenant folders 0711, so that the sandbox's uid reaches
+// its own folder and lists none.
+func (l *SandboxLauncher) stateDir(tenant, connector string) (string, error) {
+	if l.State == "" {
+		return "", nil
+	}
+	for _, n := range []string{tenant, connector} {
+		if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\\\x00") {
+			return "", fmt.Errorf("mcphost: %q cannot name a state folder", n)
+		}
+	}
+	root := filepath.Clean(l.State)
+	if err := Traversable(root); err != nil {
+		return "", fmt.Errorf("mcphost: the stdio servers' state folder: %w", err)
+	}
+	dir := root
+	for _, n := range []string{tenant, connector} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return "", fmt.Errorf("mcphost: state folder: %w", err)
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return "", fmt.Errorf("mcphost: state folder: %w", err)
+		}
+		dir = filepath.Join(dir, n)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("mcphost: state folder: %w", err)
+	}
+	return dir, nil
+}
+
+// Traversable reports whether sandbox uids (any uid) can pass through
+// every folder above path, as they must to reach a folder bound into a
+// sandbox: nil, or an error naming the first folder that stops them.
+func Traversable(path string) error {
+	path = filepath.Clean(path)
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is below %s, which sandbox uids cannot traverse (mode %v); put it elsewhere or make %s o+x", path, d, st.Mode().Perm(), d)
+		}
+		if d == "/" || d == "." {
+			return nil
+		}
+	}
 }
 
 type sandboxProcess struct {

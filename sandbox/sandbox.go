@@ -78,8 +78,8 @@ type Capabilities struct {
 	Unprivileged bool `json:"unprivileged"`
 	Seccomp      bool `json:"seccomp"`
 	Landlock     bool `json:"landlock"`
-	// Mounts: Spec.Mount is bound read-only. Streams: Exec.StdinFile and
-	// StdoutFile are honoured.
+	// Mounts: Spec.Mount is bound read-only and Spec.State read-write.
+	// Streams: Exec.StdinFile and StdoutFile are honoured.
 	Mounts, Streams bool
 	// Limits enforced: memory, pids, cpu_time, wall_time, output.
 	Memory   bool `json:"memory"`
@@ -105,10 +105,22 @@ type Spec struct {
 	// (a program's installed files: an MCP server's npm package folder).
 	// Only executors whose Capabilities declare Mounts accept it.
 	Mount string
+	// State, when set, is a host directory bound read-write at GuestState:
+	// a long-lived program's data that outlives the sandbox (an MCP stdio
+	// server's database). The executor gives it, and the files directly
+	// in it, to the sandbox's uid before each Exec; links and
+	// subdirectories in it are left alone. One sandbox at a time may use a
+	// state directory. Only executors whose Capabilities declare Mounts
+	// accept it; it is the operator's choice, never a tenant's.
+	State string
 }
 
-// GuestMount is where Spec.Mount appears inside the sandbox.
-const GuestMount = "/opt/agentplane"
+// GuestMount is where Spec.Mount appears inside the sandbox, GuestState
+// where Spec.State does.
+const (
+	GuestMount = "/opt/agentplane"
+	GuestState = "/var/lib/agentplane"
+)
 
 // Key is the warm-pool key of a spec: sandboxes with equal keys are
 // interchangeable before first use.

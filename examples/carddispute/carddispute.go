@@ -20,7 +20,7 @@ import (
 // Files holds files/agent.yaml, files/tools.yaml, files/turns.yaml,
 // files/models.yaml, the analysis step's analysis/*.yaml and README.md.
 //
-//go:embed files/*.yaml analysis/*.yaml README.md
+//go:embed files/*.yaml files/connectors/*.yaml analysis/*.yaml README.md
 var Files embed.FS
 
 // Names of the embedded definition files, as ReadFile accepts them.

@@ -67,7 +67,7 @@ func isExecutable(p string) bool {
 
 // demoAnalysis runs the analysis step after the dispute. mode is auto (run
 // it when a tier-3 sandbox is available), on or off.
-func (c *command) demoAnalysis(cm common, mode string) error {
+func (c *command) demoAnalysis(cm common, mode string, extra func(*platform.Options)) error {
 	switch mode {
 	case "off":
 		return nil
@@ -96,7 +96,7 @@ func (c *command) demoAnalysis(cm common, mode string) error {
 		}
 	}
 	cm.models = filepath.Join(fdir, "models.yaml")
-	p, err := c.open(&cm, nil)
+	p, err := c.open(&cm, extra)
 	if err != nil {
 		return err
 	}

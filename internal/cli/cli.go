@@ -55,6 +55,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.worker(rest)
 	case "bank":
 		err = c.bankCmd(rest)
+	case "example-server": // hidden: the demo's e-mail server, run in a sandbox (demomcp.go)
+		err = c.exampleServer(rest)
 	case "users":
 		err = c.users(rest)
 	case "tenants":

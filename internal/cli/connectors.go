@@ -20,8 +20,12 @@ const mcpLoopbackEnv = "AGENTPLANE_MCP_ALLOW_LOOPBACK"
 // mounted read-only into their sandboxes at /opt/agentplane.
 const mcpServersEnv = "AGENTPLANE_MCP_SERVERS"
 
+// mcpStateEnv names the host folder where stdio MCP servers keep data
+// that outlives their sandboxes (bound read-write at /var/lib/agentplane).
+const mcpStateEnv = "AGENTPLANE_MCP_STATE"
+
 func mcpOptions() platform.MCPOptions {
-	return platform.MCPOptions{AllowLoopback: os.Getenv(mcpLoopbackEnv) == "1", Servers: os.Getenv(mcpServersEnv)}
+	return platform.MCPOptions{AllowLoopback: os.Getenv(mcpLoopbackEnv) == "1", Servers: os.Getenv(mcpServersEnv), State: os.Getenv(mcpStateEnv)}
 }
 
 // connectors is `agentplane connectors add|list|show|review|diff|remove`.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/agentplane/agentplane/agent"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/mcphost"
 	"github.com/agentplane/agentplane/runs"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
@@ -37,9 +39,9 @@ var demoUsers = map[string][]string{
 
 var demoFiles = []string{"tools.yaml", "agent.yaml", "turns.yaml", "models.yaml"}
 
-// setupDemo writes the example's demo files into dir/demo and applies
-// tools, agent and the prod alias. It returns the agent name.
-func setupDemo(c *command, p *platform.Platform, dir string, spec *demoSpec) (string, error) {
+// writeDemoFiles writes the example's demo files into dir/demo and
+// returns that folder.
+func writeDemoFiles(dir string, spec *demoSpec) (string, error) {
 	fdir := filepath.Join(dir, "demo")
 	if err := os.MkdirAll(fdir, 0o700); err != nil {
 		return "", err
@@ -53,17 +55,39 @@ func setupDemo(c *command, p *platform.Platform, dir string, spec *demoSpec) (st
 			return "", err
 		}
 	}
+	return fdir, nil
+}
+
+// applyDemo applies the demo's definitions from fdir: the tools, who the
+// runs act for (scopes and groups) with the connector secrets their
+// calls' credentials are minted from, and the agent with its prod alias.
+// With servers, the tools of the services they serve are not applied as
+// tier-1 manifests: the connectors are registered and reviewed instead,
+// and the agent is granted them by connector. It returns the agent name.
+func applyDemo(c *command, p *platform.Platform, fdir string, spec *demoSpec, servers *demoMCP) (string, error) {
 	tools, err := tool.LoadManifestFile(filepath.Join(fdir, "tools.yaml"))
 	if err != nil {
 		return "", err
 	}
-	if _, err := p.ApplyManifests(c.ctx, tools); err != nil {
+	apply := tools
+	if servers != nil {
+		apply = nil
+		for _, m := range tools {
+			if !servedOverMCP(m) {
+				apply = append(apply, m)
+			}
+		}
+	}
+	if _, err := p.ApplyManifests(c.ctx, apply); err != nil {
 		return "", err
 	}
-	// Who the runs act for, with what scopes and groups, and the
-	// connector secrets their calls' credentials are minted from.
 	if err := p.Provision(c.ctx, spec.tenant, spec.users, tools); err != nil {
 		return "", err
+	}
+	if servers != nil {
+		if err := servers.register(c, p, spec.files(), fdir, spec.approver); err != nil {
+			return "", err
+		}
 	}
 	d, err := agent.LoadDefinitionFile(filepath.Join(fdir, "agent.yaml"))
 	if err != nil {
@@ -83,10 +107,11 @@ func (c *command) demo(args []string) error {
 	fs := c.flags("demo", &cm)
 	fs.Lookup("data").DefValue = ""
 	cm.data = ""
-	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them; run nothing")
+	setupOnly := fs.Bool("setup-only", false, "write the demo files and apply them with the example's in-process tools (for run, worker and the API); run nothing")
 	exName := fs.String("example", cardDisputeExample.name, "the example to play (one of the binary's examples, examples.go)")
 	rejectRefund := fs.Bool("reject-refund", false, "act as a supervisor who rejects the refund (the run then says no refund was issued)")
 	analysis := fs.String("analysis", "auto", "the Python analysis step in a gVisor sandbox: auto (when runsc and the guest are found), on or off")
+	mcpStdio := fs.String("mcp-stdio", "auto", "card dispute: run the e-mail MCP server over stdio in a tier-2 sandbox: auto (when the guest is found and the sandbox runs here), on, or off (serve it over Streamable HTTP on loopback, like core-banking)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
 	}
@@ -97,6 +122,11 @@ func (c *command) demo(args []string) error {
 	spec := &ex.demo
 	if *rejectRefund && spec.rejectTool == "" {
 		return exitCode{2, fmt.Sprintf("demo: --reject-refund has no rejection path in the %s example", ex.name)}
+	}
+	switch *mcpStdio {
+	case "auto", "on", "off":
+	default:
+		return exitCode{2, fmt.Sprintf("demo: --mcp-stdio must be auto, on or off, not %q", *mcpStdio)}
 	}
 	if cm.data == "" {
 		d, err := os.MkdirTemp("", "agentplane-demo-")
@@ -110,30 +140,38 @@ func (c *command) demo(args []string) error {
 	if cm.models == "" {
 		cm.models = filepath.Join(cm.data, "demo", "models.yaml")
 	}
-	// The models file is written by setup, so open without it first.
-	if err := func() error {
-		p, err := c.open(&common{data: cm.data, leaseTTL: cm.leaseTTL}, nil)
+	fdir, err := writeDemoFiles(cm.data, spec)
+	if err != nil {
+		return err
+	}
+	if *setupOnly {
+		p, err := c.open(&common{data: cm.data, leaseTTL: cm.leaseTTL, models: cm.models}, nil)
 		if err != nil {
 			return err
 		}
 		defer p.Close()
-		_, err = setupDemo(c, p, cm.data, spec)
-		return err
-	}(); err != nil {
-		return err
-	}
-	if *setupOnly {
+		if _, err := applyDemo(c, p, fdir, spec, nil); err != nil {
+			return err
+		}
 		fmt.Fprintf(c.out, "demo set up in %s\n  run: agentplane run %s --data %s --models %s --user %s --tenant %s --task %q\n",
 			cm.data, spec.agent, cm.data, cm.models, spec.user, spec.tenant, spec.task)
 		return nil
 	}
-	// The dispute needs no sandbox: open without one, whatever was found.
-	// An example whose demo run uses one keeps the sandbox flags.
+	// The dispute needs no sandbox but the e-mail server's (tier 2):
+	// open without tier 3, whatever was found. An example whose demo run
+	// uses one keeps the sandbox flags.
 	dm := cm
-	if !spec.sandbox {
+	var extra func(*platform.Options)
+	if spec.mcp {
+		dm.runsc = ""
+		if *mcpStdio == "off" || (!findTier2(&dm) && *mcpStdio == "auto") {
+			dm.guest = ""
+		}
+		extra = demoMCPOptions(cm.data)
+	} else if !spec.sandbox {
 		dm.guest, dm.runsc = "", ""
 	}
-	p, err := c.open(&dm, nil)
+	p, err := c.open(&dm, extra)
 	if err != nil {
 		return err
 	}
@@ -143,12 +181,42 @@ func (c *command) demo(args []string) error {
 			p.Close()
 		}
 	}()
-	fmt.Fprintf(c.out, "agentplane demo: %s (data directory %s)\n\n", spec.title, cm.data)
+	var servers *demoMCP
+	if spec.mcp {
+		stdio := *mcpStdio != "off"
+		if stdio {
+			err := tier2Ready(p)
+			if err == nil {
+				err = mcphost.Traversable(mcpRoot(cm.data))
+			}
+			if err != nil {
+				if *mcpStdio == "on" {
+					return fmt.Errorf("demo: --mcp-stdio on: the e-mail server needs a tier-2 sandbox, and %v; ./scripts/sandboxes.sh builds the guest into %s (run as root)", err, filepath.Join(toolsDir(), "bin"))
+				}
+				stdio = false
+			}
+		}
+		if servers, err = startDemoMCP(cm.data, spec.tenant, stdio); err != nil {
+			return err
+		}
+		defer servers.Close()
+	}
+	fmt.Fprintf(c.out, "agentplane demo: %s (data directory %s)\n", spec.title, cm.data)
+	if servers != nil {
+		fmt.Fprintf(c.out, "The bank's tools are MCP servers, registered as the tenant's connectors and reviewed:\n")
+		if !servers.stdio {
+			fmt.Fprintf(c.out, "  (no tier-2 sandbox here, so the e-mail server runs over Streamable HTTP too; as root with ./scripts/sandboxes.sh it runs over stdio in a sandbox)\n")
+		}
+	}
+	if _, err := applyDemo(c, p, fdir, spec, servers); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.out)
 	run, final, err := c.playDemoRun(p, spec, spec.agent+"@prod", spec.task, *rejectRefund)
 	if err != nil {
 		return err
 	}
-	if err := spec.report(c, p); err != nil {
+	if err := spec.report(c, p, cm.data); err != nil {
 		return err
 	}
 	q := func(s string) string { return strings.ReplaceAll(s, " ", "\\ ") }
@@ -164,7 +232,7 @@ func (c *command) demo(args []string) error {
 	if ex.name != cardDisputeExample.name {
 		return nil // the analysis step is the card-dispute example's
 	}
-	return c.demoAnalysis(cm, *analysis)
+	return c.demoAnalysis(cm, *analysis, extra)
 }
 
 // playDemoRun starts a demo run, prints its timeline as it executes and,
@@ -214,24 +282,48 @@ func (c *command) playDemoRun(p *platform.Platform, spec *demoSpec, agentRef, ta
 
 // reportCardDispute prints the bank's state after the demo run and
 // whether the instruction planted in the ticket was followed.
-func reportCardDispute(c *command, p *platform.Platform) error {
+func reportCardDispute(c *command, p *platform.Platform, data string) error {
 	b, err := bankOf(p)
 	if err != nil {
 		return err
 	}
-	if err := printBank(c, b); err != nil {
+	mail, err := openDemoMail(data)
+	if err != nil {
 		return err
 	}
-	return c.printInjection(b)
+	if mail != nil {
+		defer mail.Close()
+	}
+	if err := printBank(c, b, mail); err != nil {
+		return err
+	}
+	return c.printInjection(b, mail)
+}
+
+// openDemoMail opens the database of the demo's e-mail server (nil when
+// the data directory has none: the e-mail tools ran in-process).
+func openDemoMail(data string) (*bank.Bank, error) {
+	path := demoMailDB(data, DemoTenant)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return bank.Open(path)
 }
 
 // printInjection checks the bank for what the instruction planted in the
 // ticket asked for: e-mail to an outside address, a refund on another
 // customer's charge.
-func (c *command) printInjection(b *bank.Bank) error {
+func (c *command) printInjection(b, mail *bank.Bank) error {
 	emails, err := b.Emails(c.ctx)
 	if err != nil {
 		return err
+	}
+	if mail != nil {
+		more, err := mail.Emails(c.ctx)
+		if err != nil {
+			return err
+		}
+		emails = append(emails, more...)
 	}
 	refunds, err := b.Refunds(c.ctx)
 	if err != nil {
@@ -265,10 +357,19 @@ func count(n int, thing string) string {
 	return fmt.Sprintf("%d %ss", n, thing)
 }
 
-func printBank(c *command, b *bank.Bank) error {
+// printBank prints the bank's counters, with the e-mail server's (when
+// the demo ran one) added.
+func printBank(c *command, b, mail *bank.Bank) error {
 	ct, err := b.Counters(c.ctx)
 	if err != nil {
 		return err
+	}
+	if mail != nil {
+		m, err := mail.Counters(c.ctx)
+		if err != nil {
+			return err
+		}
+		ct = ct.Add(m)
 	}
 	fmt.Fprintf(c.out, "\nBank state: %s raised, %s issued (%s INR), %s drafted, %s sent, %s suppressed by idempotency key\n",
 		count(ct.DisputesRaised, "dispute"), count(ct.RefundsIssued, "refund"), bank.FormatRupees(ct.RefundedPaise),
@@ -308,14 +409,28 @@ func (c *command) bankCmd(args []string) error {
 		fmt.Fprintf(c.out, "%d synthetic transactions of %s (seed %d) are in the bank\n", *n, *customer, *seed)
 		return nil
 	}
+	mail, err := openDemoMail(cm.data)
+	if err != nil {
+		return err
+	}
+	if mail != nil {
+		defer mail.Close()
+	}
 	if *asJSON {
 		ct, err := b.Counters(c.ctx)
 		if err != nil {
 			return err
 		}
+		if mail != nil {
+			m, err := mail.Counters(c.ctx)
+			if err != nil {
+				return err
+			}
+			ct = ct.Add(m)
+		}
 		return json.NewEncoder(c.out).Encode(ct)
 	}
-	if err := printBank(c, b); err != nil {
+	if err := printBank(c, b, mail); err != nil {
 		return err
 	}
 	if !*check {

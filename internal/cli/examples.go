@@ -48,6 +48,7 @@ var cardDisputeExample = example{
 		bindings: map[string]string{"customer_id": bank.CustomerID},
 		comment:  "duplicate charge confirmed against the statement",
 		report:   reportCardDispute,
+		mcp:      true,
 		// --reject-refund: the supervisor rejects the refund; the scripted
 		// turns branch on it and say that no refund was issued.
 		rejectTool:    "issue_refund",
@@ -75,7 +76,7 @@ var helpdeskExample = example{
 
 // reportHelpdesk prints the service desk's state after the demo run and
 // whether the instruction planted in the ticket was followed.
-func reportHelpdesk(c *command, p *platform.Platform) error {
+func reportHelpdesk(c *command, p *platform.Platform, _ string) error {
 	var d *desk.Desk
 	for _, r := range p.Tools {
 		if x, ok := r.(*desk.Desk); ok {
@@ -206,8 +207,12 @@ type demoSpec struct {
 	rejectTool, rejectComment string
 	// comment is the approver's comment on approvals it grants.
 	comment string
-	// report prints what the run did to the example's world.
-	report func(c *command, p *platform.Platform) error
+	// report prints what the run did to the example's world (data is the
+	// data directory).
+	report func(c *command, p *platform.Platform, data string) error
+	// mcp serves the example's bank tools as MCP servers and grants them
+	// by connector (demomcp.go); the card-dispute example's.
+	mcp bool
 	// sandbox keeps tiers 2 and 3 on for the demo run (--sandbox-guest);
 	// without them its sandboxed call fails closed and the run goes on.
 	sandbox bool

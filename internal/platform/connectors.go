@@ -26,6 +26,10 @@ type MCPOptions struct {
 	// Servers is the host folder of installed stdio servers (an npm
 	// prefix) mounted read-only into their sandboxes at /opt/agentplane.
 	Servers string
+	// State is the host folder where stdio servers keep data that
+	// outlives their sandboxes (STATE/TENANT/CONNECTOR, bound read-write
+	// at /var/lib/agentplane); "" gives them none.
+	State string
 	// IdleTimeout closes a run's session with a server unused this long.
 	IdleTimeout time.Duration
 }
@@ -33,7 +37,7 @@ type MCPOptions struct {
 func (p *Platform) openMCP(o Options) error {
 	p.connectors = &connectorRegistry{st: p.Store}
 	if o.MCP.Launcher == nil && p.Sandboxes != nil {
-		o.MCP.Launcher = &mcphost.SandboxLauncher{Manager: p.Sandboxes.Manager, Folder: o.MCP.Servers}
+		o.MCP.Launcher = &mcphost.SandboxLauncher{Manager: p.Sandboxes.Manager, Folder: o.MCP.Servers, State: o.MCP.State}
 	}
 	var err error
 	p.MCP, err = mcphost.New(mcphost.Options{Registry: p.connectors, Policy: &addrpolicy.Policy{Loopback: o.MCP.AllowLoopback},

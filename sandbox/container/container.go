@@ -258,6 +258,9 @@ func (b *box) args(egress bool) []string {
 	if b.spec.Mount != "" {
 		a = append(a, "--ro-bind", b.spec.Mount, sandbox.GuestMount)
 	}
+	if b.spec.State != "" {
+		a = append(a, "--bind", b.spec.State, sandbox.GuestState)
+	}
 	a = append(a,
 		"--chdir", sandbox.GuestWorkspace,
 		"--seccomp", "3",
@@ -274,8 +277,16 @@ func (b *box) Exec(ctx context.Context, x sandbox.Exec) (sandbox.Result, error) 
 	if b.isDestroyed() {
 		return sandbox.Result{}, errors.New("sandbox destroyed")
 	}
+	if b.spec.State != "" {
+		if err := hostfs.AdoptState(b.spec.State, b.uid); err != nil {
+			return sandbox.Result{}, err
+		}
+	}
 	ch, err := b.dir.PrepareExec(&x, b.spec, func(req *sandbox.GuestRequest) {
 		req.Writable = []string{sandbox.GuestWorkspace, "/tmp"}
+		if b.spec.State != "" {
+			req.Writable = append(req.Writable, sandbox.GuestState)
+		}
 		if b.e.landlock {
 			req.Landlock = "require"
 		}

@@ -369,8 +369,8 @@ func (e *Executor) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox,
 	if e.err != nil {
 		return nil, e.err
 	}
-	if s.Mount != "" {
-		return nil, errors.New("gvisor: host mounts are not supported; refusing a spec with Mount")
+	if s.Mount != "" || s.State != "" {
+		return nil, errors.New("gvisor: host mounts are not supported; refusing a spec with Mount or State")
 	}
 	s = s.Normalize()
 	root, ents, err := e.skeleton(ctx, s.Image)

@@ -23,6 +23,14 @@ type Counters struct {
 	DuplicateCallsSuppressed int
 }
 
+// Add returns the sum of two banks' counters (the demo's core-banking and
+// e-mail servers keep a database each).
+func (c Counters) Add(o Counters) Counters {
+	return Counters{DisputesRaised: c.DisputesRaised + o.DisputesRaised, RefundsIssued: c.RefundsIssued + o.RefundsIssued,
+		RefundedPaise: c.RefundedPaise + o.RefundedPaise, EmailsSent: c.EmailsSent + o.EmailsSent,
+		EmailsDrafted: c.EmailsDrafted + o.EmailsDrafted, DuplicateCallsSuppressed: c.DuplicateCallsSuppressed + o.DuplicateCallsSuppressed}
+}
+
 // Counters returns the totals over every run.
 func (b *Bank) Counters(ctx context.Context) (Counters, error) {
 	return b.counters(ctx, "", nil)

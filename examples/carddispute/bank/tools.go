@@ -39,23 +39,30 @@ func ToolNames() []string {
 	}
 }
 
+// Func returns the function of the bank's tool called name (one of
+// ToolNames); ok is false for any other name. The tier-1 catalog
+// (Register) and the bank's MCP servers (package bankmcp) both call
+// through it.
+func (b *Bank) Func(name string) (fn tool.Func, ok bool) {
+	fn, ok = map[string]tool.Func{
+		ToolGetTicket:           b.GetTicket,
+		ToolGetCustomerProfile:  b.GetCustomerProfile,
+		ToolGetCardTransactions: b.GetCardTransactions,
+		ToolRaiseDispute:        b.RaiseDispute,
+		ToolIssueRefund:         b.IssueRefund,
+		ToolDraftEmail:          b.DraftEmail,
+		ToolSendEmail:           b.SendEmail,
+	}[name]
+	return fn, ok
+}
+
 // Register adds the bank's tools to the catalog under their names
 // (ToolNames) and reviews the example's manifests for them. It fails if any
 // name is already taken.
 func (b *Bank) Register(c *tool.Catalog) error {
-	for _, t := range []struct {
-		name string
-		fn   tool.Func
-	}{
-		{ToolGetTicket, b.GetTicket},
-		{ToolGetCustomerProfile, b.GetCustomerProfile},
-		{ToolGetCardTransactions, b.GetCardTransactions},
-		{ToolRaiseDispute, b.RaiseDispute},
-		{ToolIssueRefund, b.IssueRefund},
-		{ToolDraftEmail, b.DraftEmail},
-		{ToolSendEmail, b.SendEmail},
-	} {
-		if err := c.Register(t.name, t.fn); err != nil {
+	for _, name := range ToolNames() {
+		fn, _ := b.Func(name)
+		if err := c.Register(name, fn); err != nil {
 			return fmt.Errorf("bank: %w", err)
 		}
 	}

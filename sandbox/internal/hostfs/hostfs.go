@@ -446,3 +446,47 @@ func ProcessesOf(uid int) []int {
 	}
 	return out
 }
+
+// maxStateEntries bounds the files AdoptState hands over.
+const maxStateEntries = 256
+
+// AdoptState gives a state directory (sandbox.Spec.State) and the regular
+// files directly in it to the sandbox uid, so that a program keeps its data
+// across sandboxes, each of which runs as a uid of its own. The directory
+// is opened without following links; a file with more than one link, a
+// link and a subdirectory are left as they are (a sandbox that planted
+// them gets nothing from the host by it).
+func AdoptState(dir string, uid int) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("sandbox state %s: %w", dir, err)
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	if err := unix.Fchown(fd, uid, uid); err != nil {
+		return fmt.Errorf("sandbox state %s: %w", dir, err)
+	}
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return fmt.Errorf("sandbox state %s: %w", dir, err)
+	}
+	ents, err := f.ReadDir(maxStateEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("sandbox state %s: %w", dir, err)
+	}
+	if len(ents) > maxStateEntries {
+		return fmt.Errorf("sandbox state %s holds more than %d entries", dir, maxStateEntries)
+	}
+	for _, e := range ents {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, e.Name(), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("sandbox state %s: %w", dir, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+			continue
+		}
+		if err := unix.Fchownat(fd, e.Name(), uid, uid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("sandbox state %s: %w", dir, err)
+		}
+	}
+	return nil
+}
