@@ -112,7 +112,7 @@ func (c *command) demo(args []string) error {
 	}
 	// The models file is written by setup, so open without it first.
 	if err := func() error {
-		p, err := c.open(&common{data: cm.data, leaseTTL: cm.leaseTTL}, nil)
+		p, err := c.open(&common{data: cm.data, store: cm.store, blobs: cm.blobs, leaseTTL: cm.leaseTTL}, nil)
 		if err != nil {
 			return err
 		}
