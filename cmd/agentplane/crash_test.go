@@ -113,7 +113,7 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 }
 
 // buildBinary builds agentplane into dir and returns its path.
-func buildBinary(t *testing.T, dir string) string {
+func buildBinary(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "agentplane")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

@@ -82,6 +82,53 @@ func TestTwoProcessesSQLite(t *testing.T) {
 	exerciseCluster(t, clusterOptions{nodes: 2, runs: processRuns(t, 100)})
 }
 
+// BenchmarkProcesses measures card-dispute runs per second through 1 and
+// through 3 serve processes on one PostgreSQL database (a fresh one each),
+// on one machine: AGENTPLANE_BENCH_RUNS runs (default 150) started
+// round-robin, each of their two approvals decided by a client polling
+// every 50 ms, timed from the first start to the last run's end. No
+// process is killed. scripts/bench-processes.sh prints the table and the
+// ratio.
+func BenchmarkProcesses(b *testing.B) {
+	n := 150
+	if v := os.Getenv("AGENTPLANE_BENCH_RUNS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 100_000 {
+			b.Fatalf("AGENTPLANE_BENCH_RUNS=%q: want a number of runs from 1 to 100000", v)
+		}
+	}
+	bin := buildBinary(b, b.TempDir())
+	for _, procs := range []int{1, 3} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				b.StopTimer()
+				cl := setupCluster(b, bin, clusterOptions{nodes: procs, store: pgtest.DSN(b)})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				d := newDriver(ctx, cl.c, cl.keys, true)
+				b.StartTimer()
+				began := time.Now()
+				startsDone := make(chan struct{})
+				go func() {
+					defer close(startsDone)
+					d.startAll(n)
+				}()
+				statuses := d.decideUntilEnded(n, startsDone)
+				<-startsDone
+				total += time.Since(began)
+				b.StopTimer()
+				cancel()
+				cl.c.stopAll()
+				if len(d.errs) > 0 || statuses[store.StatusCompleted] != n {
+					b.Fatalf("runs by status %v, want %d completed; %v", statuses, n, d.errs)
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/total.Seconds(), "runs/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
 type clusterOptions struct {
 	nodes        int
 	store, blobs string   // --store and --blobs ("" the data directory's)
@@ -114,53 +161,14 @@ type clusterOptions struct {
 // once, every chain verifies, re-running each log reproduces it, and the
 // bank holds exactly one dispute, one refund and one e-mail per run.
 func exerciseCluster(t *testing.T, o clusterOptions) {
-	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	data := filepath.Join(dir, "data")
-	var storeArgs []string
-	if o.store != "" {
-		storeArgs = append(storeArgs, "--store", o.store)
-	}
-	if o.blobs != "" {
-		storeArgs = append(storeArgs, "--blobs", o.blobs)
-	}
-	env := append(os.Environ(), o.env...)
-	cliRun := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(bin, append(args, storeArgs...)...)
-		cmd.Env = env
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("agentplane %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-		}
-		return strings.TrimSpace(string(out))
-	}
-	cliRun("demo", "--setup-only", "--data", data)
-	keys := map[string]string{
-		cli.DemoUser:       cliRun("apikey", "create", "--tenant", cli.DemoTenant, "--user", cli.DemoUser, "--data", data),
-		cli.DemoSupervisor: cliRun("apikey", "create", "--tenant", cli.DemoTenant, "--user", cli.DemoSupervisor, "--scopes", "runs:read,approvals:decide", "--data", data),
-	}
-	models := filepath.Join(data, "demo", "models.yaml")
-
-	c := &cluster{t: t, bin: bin, env: env, logDir: dir,
-		args: append([]string{"--data", data, "--models", models, "--lease-ttl", "2s"}, storeArgs...)}
-	for i := range o.nodes {
-		c.nodes = append(c.nodes, &node{i: i, addr: freeAddr(t)})
-	}
-	t.Cleanup(c.stopAll)
-	for _, n := range c.nodes {
-		if err := c.start(n); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := buildBinary(t, t.TempDir())
+	cl := setupCluster(t, bin, o)
+	c, data, models := cl.c, cl.data, cl.models
 
 	// Everything below is bounded by one deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	d := &driver{c: c, keys: keys, ctx: ctx, runs: map[string]*runState{}, decided: map[string]*decisionCount{},
-		http: &http.Client{Timeout: 20 * time.Second}}
+	d := newDriver(ctx, c, cl.keys, false)
 	began := time.Now()
 
 	killerDone := make(chan struct{})
@@ -238,16 +246,73 @@ func exerciseCluster(t *testing.T, o clusterOptions) {
 	// The command-line check, on a few runs: trace verify through the same
 	// store and blobs.
 	for _, r := range recorded[:min(3, len(recorded))] {
-		if out := cliRun("trace", "verify", r.ID, "--data", data); !strings.HasPrefix(out, "ok:") {
+		if out := cl.cli("trace", "verify", r.ID, "--data", data); !strings.HasPrefix(out, "ok:") {
 			t.Errorf("trace verify %s: %s", r.ID, out)
 		}
 	}
 	checkRecorded(t, p, world, bankWorld, "card-dispute", recorded, "card-dispute-assistant@prod", cli.DemoSupervisor)
 }
 
+// setup is a cluster ready to drive: its processes started on one
+// store and one data directory.
+type setup struct {
+	c            *cluster
+	data, models string
+	keys         map[string]string // user -> API key
+	cli          func(args ...string) string
+}
+
+// setupCluster prepares a data directory (the demo's files, secrets and
+// simulated bank, a SQLite file every process shares) on o's store and
+// blobs, an API key for the demo's user and its supervisor, and starts
+// o.nodes serve processes on it, stopped when tb ends.
+func setupCluster(tb testing.TB, bin string, o clusterOptions) *setup {
+	tb.Helper()
+	dir := tb.TempDir()
+	data := filepath.Join(dir, "data")
+	var storeArgs []string
+	if o.store != "" {
+		storeArgs = append(storeArgs, "--store", o.store)
+	}
+	if o.blobs != "" {
+		storeArgs = append(storeArgs, "--blobs", o.blobs)
+	}
+	env := append(os.Environ(), o.env...)
+	cliRun := func(args ...string) string {
+		tb.Helper()
+		cmd := exec.Command(bin, append(args, storeArgs...)...)
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			tb.Fatalf("agentplane %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	cliRun("demo", "--setup-only", "--data", data)
+	keys := map[string]string{
+		cli.DemoUser:       cliRun("apikey", "create", "--tenant", cli.DemoTenant, "--user", cli.DemoUser, "--data", data),
+		cli.DemoSupervisor: cliRun("apikey", "create", "--tenant", cli.DemoTenant, "--user", cli.DemoSupervisor, "--scopes", "runs:read,approvals:decide", "--data", data),
+	}
+	models := filepath.Join(data, "demo", "models.yaml")
+	c := &cluster{t: tb, bin: bin, env: env, logDir: dir,
+		args: append([]string{"--data", data, "--models", models, "--lease-ttl", "2s"}, storeArgs...)}
+	for i := range o.nodes {
+		c.nodes = append(c.nodes, &node{i: i, addr: freeAddr(tb)})
+	}
+	tb.Cleanup(c.stopAll)
+	for _, n := range c.nodes {
+		if err := c.start(n); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return &setup{c: c, data: data, models: models, keys: keys, cli: cliRun}
+}
+
 // freeAddr returns a loopback address with a port free at the time of the
 // call; a process restarted after a kill listens on it again.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -259,7 +324,7 @@ func freeAddr(t *testing.T) string {
 
 // cluster is the serve processes of one test.
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	bin    string
 	args   []string // serve's flags after --addr
 	env    []string
@@ -418,9 +483,11 @@ func tail(b []byte, n int) string {
 }
 
 // driver is the clients of one test: run starts, decisions and streams,
-// spread over the processes.
+// spread over the processes. A bench driver sends each start and each
+// decision once, follows no stream and polls approvals more often.
 type driver struct {
-	c    *cluster
+	c     *cluster
+	bench bool
 	keys map[string]string // user -> API key
 	ctx  context.Context
 	http *http.Client
@@ -436,6 +503,15 @@ type driver struct {
 	accepted, conflicts                  atomic.Int64
 	streams                              []*stream
 	streamsResumed, streamsResumedOnKill atomic.Int64
+}
+
+func newDriver(ctx context.Context, c *cluster, keys map[string]string, bench bool) *driver {
+	// The processes cap connections per client address (128 by default):
+	// stay under it.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = 48, 48
+	return &driver{c: c, keys: keys, ctx: ctx, bench: bench, runs: map[string]*runState{}, decided: map[string]*decisionCount{},
+		http: &http.Client{Timeout: 20 * time.Second, Transport: tr}}
 }
 
 type runState struct {
@@ -523,11 +599,18 @@ func (d *driver) startAll(n int) {
 			key := fmt.Sprintf("threeproc-%d", i)
 			primary := i % k
 			ids := make([]string, 2)
+			sends := 2
+			if d.bench {
+				sends = 1
+			}
 			var pair sync.WaitGroup
-			for j := range 2 {
+			for j := range sends {
 				pair.Go(func() { ids[j] = d.startOn(key, primary+j) })
 			}
 			pair.Wait()
+			if d.bench {
+				ids[1] = ids[0]
+			}
 			if ids[0] == "" || ids[1] == "" {
 				return
 			}
@@ -546,7 +629,7 @@ func (d *driver) startAll(n int) {
 				d.fail("run %s named by two keys", ids[0])
 				return
 			}
-			if i%10 == 0 {
+			if i%10 == 0 && !d.bench {
 				d.follow(ids[0], primary+1)
 			}
 		})
@@ -561,13 +644,17 @@ func (d *driver) decideUntilEnded(n int, startsDone <-chan struct{}) map[string]
 	k := len(d.c.nodes)
 	var decisions sync.WaitGroup
 	defer decisions.Wait()
+	pollEvery, perDecision := 200*time.Millisecond, 2
+	if d.bench {
+		pollEvery, perDecision = 50*time.Millisecond, 1
+	}
 	for poll := 0; ; poll++ {
 		select {
 		case <-d.ctx.Done():
 			statuses, _ := d.statuses(poll)
 			d.fail("deadline: runs by status %v, want %d ended", statuses, n)
 			return statuses
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(pollEvery):
 		}
 		started := false
 		select {
@@ -603,7 +690,7 @@ func (d *driver) decideUntilEnded(n int, startsDone <-chan struct{}) map[string]
 			}
 			busy := dc.inFlight > 0
 			if rs != nil && !busy {
-				dc.inFlight = 2
+				dc.inFlight = perDecision
 			}
 			d.mu.Unlock()
 			if rs == nil || busy {
@@ -615,9 +702,13 @@ func (d *driver) decideUntilEnded(n int, startsDone <-chan struct{}) map[string]
 			for j := 1; j < k && len(deciders) < 2; j++ {
 				deciders = append(deciders, rs.primary+j)
 			}
-			if len(deciders) == 1 {
+			switch len(deciders) {
+			case 0: // one process: it decides too
+				deciders = []int{rs.primary, rs.primary}
+			case 1:
 				deciders = append(deciders, deciders[0])
 			}
+			deciders = deciders[:perDecision]
 			for _, via := range deciders {
 				decisions.Go(func() { d.decide(a.ID, via) })
 			}
@@ -676,7 +767,9 @@ func (d *driver) askKeysAgain() {
 	ids := slices.Clone(d.order)
 	d.mu.Unlock()
 	for _, id := range ids {
+		d.mu.Lock()
 		rs := d.runs[id]
+		d.mu.Unlock()
 		if got := d.startOn(rs.key, rs.primary+2); got != id {
 			d.fail("key %s asked again: run %q, first answered %s", rs.key, got, id)
 		}
