@@ -488,9 +488,9 @@ func tail(b []byte, n int) string {
 type driver struct {
 	c     *cluster
 	bench bool
-	keys map[string]string // user -> API key
-	ctx  context.Context
-	http *http.Client
+	keys  map[string]string // user -> API key
+	ctx   context.Context
+	http  *http.Client
 
 	mu      sync.Mutex
 	runs    map[string]*runState      // run id -> what the clients know
