@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/postgres/pgtest"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -43,16 +44,34 @@ func (m benchModel) Complete(_ context.Context, _ string, req *model.Request, _ 
 	return &model.CallResult{Response: resp, Usage: usage, Cost: model.Money{Micros: 1, Currency: "USD"}, CostKnown: true, ModelID: "bench"}, nil
 }
 
+// benchStores are the run stores the step benchmarks run on: the
+// embedded SQLite store, and PostgreSQL (a fresh database of the test
+// cluster, AGENTPLANE_TEST_POSTGRES; skipped without it) beside it in the
+// same run.
+var benchStores = []struct {
+	name string
+	dsn  func(b *testing.B) string
+}{
+	{"sqlite", func(*testing.B) string { return "" }},
+	{"postgres", func(b *testing.B) string { return pgtest.DSN(b) }},
+}
+
 const benchBudgets = "{max_steps: 1000, max_input_tokens: 100000000000, max_cost_usd: 1000000, max_wall_clock: 10h}"
 
 // BenchmarkStepOverhead measures the platform's own time per step of one
 // run: a zero-latency model, a no-op tier-1 tool, durable storage. It reports
 // the p50 and p99 of the gaps between consecutive step_started events.
 func BenchmarkStepOverhead(b *testing.B) {
+	for _, st := range benchStores {
+		b.Run("store="+st.name, func(b *testing.B) { benchStepOverhead(b, st.dsn) })
+	}
+}
+
+func benchStepOverhead(b *testing.B, dsn func(*testing.B) string) {
 	for _, tc := range []struct{ name, tool string }{{"side_effects=none", "echo"}, {"side_effects=external", "mutate_echo"}} {
 		b.Run(tc.name, func(b *testing.B) {
 			const steps = 200
-			f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: steps, tool: tc.tool}, dir: b.TempDir()})
+			f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: steps, tool: tc.tool}, dir: b.TempDir(), store: dsn(b)})
 			defer f.p.Close()
 			var gaps []time.Duration
 			b.ResetTimer()
@@ -83,11 +102,17 @@ func BenchmarkStepOverhead(b *testing.B) {
 // BenchmarkAggregateSteps measures steps per second across 1, 16 and 64
 // concurrent runs sharing one store (group commit).
 func BenchmarkAggregateSteps(b *testing.B) {
+	for _, st := range benchStores {
+		b.Run("store="+st.name, func(b *testing.B) { benchAggregateSteps(b, st.dsn) })
+	}
+}
+
+func benchAggregateSteps(b *testing.B, dsn func(*testing.B) string) {
 	for _, tool := range []string{"echo", "mutate_echo"} {
 		for _, conc := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("tool=%s/runs=%d", tool, conc), func(b *testing.B) {
 				const steps = 25
-				f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: steps, tool: tool}, dir: b.TempDir()})
+				f := newFixture(&testing.T{}, fixtureOptions{budgets: benchBudgets, models: benchModel{steps: steps, tool: tool}, dir: b.TempDir(), store: dsn(b)})
 				defer f.p.Close()
 				ctx := context.Background()
 				total := 0

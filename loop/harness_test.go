@@ -133,6 +133,9 @@ type fixtureOptions struct {
 	alias   string
 	models  loop.Models
 	dir     string
+	// store is the run store: "" the data directory's SQLite, or a
+	// postgres:// URL.
+	store string
 	// agentExtra is appended to the agent definition; small sets model.small.
 	agentExtra string
 	small      string
@@ -156,7 +159,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	po := platform.Options{DataDir: dir, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second,
+	po := platform.Options{DataDir: dir, Store: o.store, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second,
 		Directory: platform.StaticDirectory{"t1": {"bob": {"payers"}, "alice": {"payers"}, "carol": {"viewers"},
 			"dave": {"auditors"}, "erin": {"payers", "auditors"}}}}
 	if o.models != nil {

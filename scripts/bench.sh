@@ -18,7 +18,7 @@ trap 'rm -f "$raw"' EXIT
 echo "running benchmarks ($COUNT samples each; a few minutes)..." >&2
 go test -run '^$' -bench 'Fsync' -benchtime 300x -count "$COUNT" ./store/sqlite/ >>"$raw"
 go test -run '^$' -bench 'Append' -count "$COUNT" ./store/sqlite/ >>"$raw"
-go test -run '^$' -bench 'StepOverhead|AggregateSteps|TraceSize' -benchtime 1x -count "$COUNT" ./loop/ >>"$raw"
+go test -run '^$' -bench 'StepOverhead|AggregateSteps|TraceSize/store=sqlite' -benchtime 1x -count "$COUNT" ./loop/ >>"$raw"
 
 table="$(benchstat -format csv "$raw" 2>/dev/null | awk -F, '
   /^pkg:/ { pkg = $0; sub(/^pkg: github.com\/agentplane\/agentplane\//, "", pkg); next }

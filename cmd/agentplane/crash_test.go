@@ -62,7 +62,7 @@ var deskWorld = crashWorld{
 // TestCrashSIGKILL runs scripts/crashtest.sh (50 card-dispute demo runs,
 // the worker SIGKILLed at random points until it finishes on its own)
 // against a freshly built binary, then checks the data directory in depth
-// (crashCheck).
+// (checkRecorded).
 func TestCrashSIGKILL(t *testing.T) {
 	crashTest(t, "card-dispute", 50, "card-dispute-assistant@prod", "meera@example-bank.in", bankWorld)
 }
@@ -75,22 +75,14 @@ func TestCrashSIGKILLHelpdesk(t *testing.T) {
 	crashTest(t, "helpdesk", 20, "it-helpdesk-assistant@prod", "farah@citycare.example", deskWorld)
 }
 
-// crashTest runs the script for an example, then checks: every run
-// completed; every log is contiguous, chained and complete, with the same
-// sequence of event types as a run that was never interrupted; re-running
-// the loop over each log reproduces it without calling the model or a
-// tool; and the example's world saw exactly the side effects of one
-// uninterrupted run, per run, and in total (the runs plus the reference
-// run).
+// crashTest runs the script for an example, then checks its data directory
+// (checkRecorded).
 func crashTest(t *testing.T, example string, n int, agentRef, approver string, w crashWorld) {
 	if testing.Short() {
 		t.Skipf("crash test builds the binary and runs %d runs; skipped with -short", n)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "agentplane")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t, dir)
 	data := filepath.Join(dir, "data")
 	cmd := exec.Command("bash", "../../scripts/crashtest.sh")
 	cmd.Env = append(os.Environ(), "AGENTPLANE_BIN="+bin, "DATA="+data, fmt.Sprintf("RUNS=%d", n), "EXAMPLE="+example)
@@ -117,6 +109,30 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 	if len(recorded) != n {
 		t.Fatalf("%d runs, want %d", len(recorded), n)
 	}
+	checkRecorded(t, p, world, w, example, recorded, agentRef, approver)
+}
+
+// buildBinary builds agentplane into dir and returns its path.
+func buildBinary(t testing.TB, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "agentplane")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// checkRecorded checks the runs a crash (or many-process) test left in
+// p's store: every run completed; every log is contiguous, chained and
+// complete, with the same sequence of event types as a run that was never
+// interrupted; re-running the loop over each log reproduces it without
+// calling the model or a tool; and the example's world saw exactly the
+// side effects of one uninterrupted run, per run, and in total (the runs
+// plus the reference run, which it executes in p).
+func checkRecorded(t *testing.T, p *platform.Platform, world catalog.Registrar, w crashWorld, example string, recorded []*store.Run, agentRef, approver string) {
+	t.Helper()
+	ctx := context.Background()
+	n := len(recorded)
 
 	// A reference run, never interrupted, in the same data directory, its
 	// approvals decided as crashtest.sh decides them (with its comment, which

@@ -145,7 +145,7 @@ func (c *command) demo(args []string) error {
 		return err
 	}
 	if *setupOnly {
-		p, err := c.open(&common{data: cm.data, leaseTTL: cm.leaseTTL, models: cm.models}, nil)
+		p, err := c.open(&common{data: cm.data, store: cm.store, blobs: cm.blobs, leaseTTL: cm.leaseTTL, models: cm.models}, nil)
 		if err != nil {
 			return err
 		}
