@@ -171,7 +171,7 @@ func handleGetConnector(s *Server, w http.ResponseWriter, r *http.Request, p *Pr
 }
 
 func handleDiffConnector(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
-	changes, live, err := s.p.DiffConnector(r.Context(), p.Tenant, params["connector"])
+	changes, live, err := s.p.DiffConnector(r.Context(), p.Tenant, params["connector"], p.User)
 	if err != nil {
 		s.fail(w, r, connectorError(err))
 		return

@@ -108,7 +108,7 @@ func (c *command) connectors(args []string) error {
 		c.showConnector(v)
 		return nil
 	case "diff":
-		changes, live, err := p.DiffConnector(c.ctx, *tenant, pos[0])
+		changes, live, err := p.DiffConnector(c.ctx, *tenant, pos[0], *as)
 		if err != nil {
 			return err
 		}
