@@ -66,6 +66,17 @@ func (p *Platform) ConnectAccount(ctx context.Context, tenant, user, name, redir
 	return p.oauth.Start(ctx, tenant, user, v.Spec, redirectURI)
 }
 
+// DisconnectAccount deletes user's token for a connector of the tenant.
+func (p *Platform) DisconnectAccount(ctx context.Context, tenant, user, name string) error {
+	if _, err := p.GetConnector(ctx, tenant, name); err != nil {
+		return err
+	}
+	if p.oauth == nil {
+		return errors.New("disconnect account: the secrets store keeps no per-user secrets")
+	}
+	return p.oauth.Disconnect(ctx, tenant, user, name)
+}
+
 // FinishConnect completes ConnectAccount for the same user with the
 // authorization server's answer; the token is stored sealed.
 func (p *Platform) FinishConnect(ctx context.Context, tenant, user, name string, cb mcphost.Callback) error {
