@@ -243,7 +243,7 @@ func issuersEqual(a, b string) bool { return strings.TrimSuffix(a, "/") == strin
 // code and state Finish takes.
 func (a *OAuth) Start(ctx context.Context, tenant, user string, spec *Spec, redirectURI string) (string, error) {
 	if spec.Auth != AuthOAuth || spec.OAuth == nil {
-		return "", fmt.Errorf("connector %s does not use per-user OAuth (auth %s): there is no account to connect", spec.Name, spec.Auth)
+		return "", refusedf("connector %s does not use per-user OAuth (auth %s): there is no account to connect", spec.Name, spec.Auth)
 	}
 	if err := checkRedirect(redirectURI); err != nil {
 		return "", err
@@ -295,12 +295,25 @@ func checkRedirect(redirectURI string) error {
 		(u.Scheme == "https" || (u.Scheme == "http" && isLoopbackHost(u.Hostname()))) {
 		return nil
 	}
-	return fmt.Errorf("redirect URI %q: want an https URL, or http on a loopback address, without fragment", redirectURI)
+	return refusedf("redirect URI %q: want an https URL, or http on a loopback address, without fragment", redirectURI)
 }
 
 func isLoopbackHost(h string) bool {
 	return h == "localhost" || h == "127.0.0.1" || h == "::1" || strings.HasPrefix(h, "127.")
 }
+
+// ErrFlowRefused is wrapped by Start and Finish when a connection cannot
+// go on as asked (no flow in progress, another user's state, a late
+// answer, a mix-up, a connector without OAuth): the user starts again.
+// Other errors are the servers' or the platform's.
+var ErrFlowRefused = errors.New("account connection refused")
+
+type flowErr struct{ msg string }
+
+func (e *flowErr) Error() string        { return e.msg }
+func (e *flowErr) Is(target error) bool { return target == ErrFlowRefused }
+
+func refusedf(format string, a ...any) error { return &flowErr{msg: fmt.Sprintf(format, a...)} }
 
 // Callback is what the authorization server sent to the redirect URI.
 type Callback struct {
@@ -319,7 +332,7 @@ type Callback struct {
 func (a *OAuth) Finish(ctx context.Context, tenant, user string, spec *Spec, cb Callback) error {
 	g, err := a.load(ctx, tenant, user, spec.Name)
 	if errors.Is(err, secrets.ErrNotFound) || (err == nil && g.Pending == nil) {
-		return fmt.Errorf("connector %s: no authorization in progress for user %s; start again (agentplane connectors connect %s)", spec.Name, user, spec.Name)
+		return refusedf("connector %s: no authorization in progress for user %s; start again (agentplane connectors connect %s)", spec.Name, user, spec.Name)
 	}
 	if err != nil {
 		return err
@@ -331,18 +344,18 @@ func (a *OAuth) Finish(ctx context.Context, tenant, user string, spec *Spec, cb 
 	}
 	switch {
 	case subtle.ConstantTimeCompare([]byte(cb.State), []byte(p.State)) != 1:
-		return fmt.Errorf("connector %s: the authorization answer's state is not the one issued to user %s; start again", spec.Name, user)
+		return refusedf("connector %s: the authorization answer's state is not the one issued to user %s; start again", spec.Name, user)
 	case !a.o.Clock().Before(p.ExpiresAt):
-		return fmt.Errorf("connector %s: the authorization took longer than %s; start again", spec.Name, a.o.FlowTTL)
+		return refusedf("connector %s: the authorization took longer than %s; start again", spec.Name, a.o.FlowTTL)
 	case cb.Error != "":
-		return fmt.Errorf("connector %s: the authorization server refused: %.200q", spec.Name, cb.Error)
+		return refusedf("connector %s: the authorization server refused: %.200q", spec.Name, cb.Error)
 	case cb.Iss != "" && !issuersEqual(cb.Iss, p.Issuer), cb.Iss == "" && p.IssRequired:
-		return fmt.Errorf("connector %s: the authorization answer names issuer %q, not %s: refused (mix-up)", spec.Name, cb.Iss, p.Issuer)
+		return refusedf("connector %s: the authorization answer names issuer %q, not %s: refused (mix-up)", spec.Name, cb.Iss, p.Issuer)
 	case cb.Code == "" || len(cb.Code) > 4096:
-		return fmt.Errorf("connector %s: the authorization answer has no code", spec.Name)
+		return refusedf("connector %s: the authorization answer has no code", spec.Name)
 	}
 	if resource, err := CanonicalResource(spec.Endpoint); err != nil || resource != p.Resource || spec.OAuth.ClientID != p.ClientID {
-		return fmt.Errorf("connector %s changed while user %s was authorising; start again", spec.Name, user)
+		return refusedf("connector %s changed while user %s was authorising; start again", spec.Name, user)
 	}
 	tok, err := a.tokenRequest(ctx, spec, p.TokenEndpoint, url.Values{"grant_type": {"authorization_code"}, "code": {cb.Code},
 		"redirect_uri": {p.RedirectURI}, "client_id": {p.ClientID}, "code_verifier": {p.Verifier}, "resource": {p.Resource}})
