@@ -1,280 +1,31 @@
 package mcphost_test
 
 import (
-	"context"
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
 	"github.com/agentplane/agentplane/authz"
 	"github.com/agentplane/agentplane/broker"
 	"github.com/agentplane/agentplane/internal/addrpolicy"
 	"github.com/agentplane/agentplane/mcphost"
+	"github.com/agentplane/agentplane/mcphost/oauthtest"
 	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/tool"
 	"github.com/agentplane/agentplane/trace"
 )
-
-// fakeClock is the test's time, shared by the authorization server, the
-// resource servers and the OAuth client.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// authServer is an OAuth 2.1 authorization server on loopback: RFC 8414
-// metadata, authorization code with PKCE S256 and resource indicators,
-// refresh tokens. Its tokens are opaque; resource servers ask it who a
-// token is for (introspection, in memory).
-type authServer struct {
-	URL   string
-	clock *fakeClock
-	ttl   time.Duration
-
-	mu        sync.Mutex
-	codes     map[string]codeGrant
-	tokens    map[string]issued // access token -> what it is for
-	refreshes map[string]issued // refresh token -> grant
-	issued    []string          // every access and refresh token handed out
-	refreshed int
-	// misissue, when set, is the audience the server puts on every token
-	// instead of the resource asked for (a confused server).
-	misissue string
-	// lieIssuer makes the metadata name another issuer.
-	lieIssuer bool
-}
-
-type codeGrant struct{ challenge, resource, redirect, client, user string }
-
-type issued struct {
-	aud, user string
-	exp       time.Time
-}
-
-func newAuthServer(t *testing.T, clock *fakeClock) *authServer {
-	a := &authServer{clock: clock, ttl: 10 * time.Minute, codes: map[string]codeGrant{}, tokens: map[string]issued{}, refreshes: map[string]issued{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /.well-known/oauth-authorization-server", func(w http.ResponseWriter, r *http.Request) {
-		a.mu.Lock()
-		iss := a.URL
-		if a.lieIssuer {
-			iss = "http://127.0.0.1:9/someone-else"
-		}
-		a.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"issuer": iss, "authorization_endpoint": a.URL + "/authorize", "token_endpoint": a.URL + "/token",
-			"response_types_supported": []string{"code"}, "grant_types_supported": []string{"authorization_code", "refresh_token"},
-			"code_challenge_methods_supported": []string{"S256"}, "authorization_response_iss_parameter_supported": true})
-	})
-	mux.HandleFunc("GET /authorize", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		user := r.Header.Get("X-Test-User") // the user logged in at the authorization server
-		if q.Get("response_type") != "code" || q.Get("client_id") != "agentplane" || q.Get("code_challenge_method") != "S256" ||
-			q.Get("code_challenge") == "" || q.Get("resource") == "" || q.Get("state") == "" || user == "" {
-			http.Error(w, "bad authorization request", http.StatusBadRequest)
-			return
-		}
-		code := randomToken("code")
-		a.mu.Lock()
-		a.codes[code] = codeGrant{challenge: q.Get("code_challenge"), resource: q.Get("resource"), redirect: q.Get("redirect_uri"), client: q.Get("client_id"), user: user}
-		a.mu.Unlock()
-		to, _ := url.Parse(q.Get("redirect_uri"))
-		v := to.Query()
-		v.Set("code", code)
-		v.Set("state", q.Get("state"))
-		v.Set("iss", a.URL)
-		to.RawQuery = v.Encode()
-		http.Redirect(w, r, to.String(), http.StatusFound)
-	})
-	mux.HandleFunc("POST /token", func(w http.ResponseWriter, r *http.Request) {
-		if err := r.ParseForm(); err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_request"})
-			return
-		}
-		f := r.PostForm
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		var g issued
-		switch f.Get("grant_type") {
-		case "authorization_code":
-			c, ok := a.codes[f.Get("code")]
-			delete(a.codes, f.Get("code"))
-			sum := sha256.Sum256([]byte(f.Get("code_verifier")))
-			if !ok || c.client != f.Get("client_id") || c.redirect != f.Get("redirect_uri") || c.resource != f.Get("resource") ||
-				base64.RawURLEncoding.EncodeToString(sum[:]) != c.challenge {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant"})
-				return
-			}
-			g = issued{aud: c.resource, user: c.user}
-		case "refresh_token":
-			old, ok := a.refreshes[f.Get("refresh_token")]
-			delete(a.refreshes, f.Get("refresh_token")) // rotated
-			if !ok || old.aud != f.Get("resource") {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid_grant"})
-				return
-			}
-			a.refreshed++
-			g = issued{aud: old.aud, user: old.user}
-		default:
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "unsupported_grant_type"})
-			return
-		}
-		at, rt := randomToken("at"), randomToken("rt")
-		a.refreshes[rt] = g
-		if a.misissue != "" {
-			g.aud = a.misissue
-		}
-		g.exp = a.clock.Now().Add(a.ttl)
-		a.tokens[at] = g
-		a.issued = append(a.issued, at, rt)
-		writeJSON(w, http.StatusOK, map[string]any{"access_token": at, "token_type": "Bearer", "expires_in": int(a.ttl / time.Second), "refresh_token": rt})
-	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	a.URL = srv.URL
-	return a
-}
-
-func (a *authServer) introspect(tok string) (issued, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	g, ok := a.tokens[tok]
-	return g, ok
-}
-
-func (a *authServer) set(fn func(*authServer)) {
-	a.mu.Lock()
-	fn(a)
-	a.mu.Unlock()
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func randomToken(prefix string) string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return prefix + "_" + hex.EncodeToString(b)
-}
-
-// resourceServer is a Go SDK MCP server on loopback behind bearer-token
-// middleware that accepts only tokens whose audience is this server. It
-// records every Authorization header it is sent, on any path.
-type resourceServer struct {
-	URL      string // the MCP endpoint
-	resource string
-	as       *authServer
-
-	mu    sync.Mutex
-	seen  []string // bearer tokens presented, in order
-	calls int      // tool calls that ran
-	prm   int      // fetches of the protected-resource metadata
-}
-
-func newResourceServer(t *testing.T, as *authServer, name string) *resourceServer {
-	rs := &resourceServer{as: as}
-	s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "1"}, nil)
-	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "Says who the token is for."}, func(ctx context.Context, req *mcp.CallToolRequest, in struct{}) (*mcp.CallToolResult, any, error) {
-		rs.mu.Lock()
-		rs.calls++
-		rs.mu.Unlock()
-		who := ""
-		if ti := auth.TokenInfoFromContext(ctx); ti != nil {
-			who = ti.UserID
-		}
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: name + " says you are " + who}}}, nil, nil
-	})
-	verify := func(ctx context.Context, tok string, _ *http.Request) (*auth.TokenInfo, error) {
-		g, ok := as.introspect(tok)
-		switch {
-		case !ok:
-			return nil, fmt.Errorf("%w: unknown token", auth.ErrInvalidToken)
-		case g.aud != rs.resource:
-			return nil, fmt.Errorf("%w: token is for %s, not this server", auth.ErrInvalidToken, g.aud)
-		case !as.clock.Now().Before(g.exp):
-			return nil, fmt.Errorf("%w: expired", auth.ErrInvalidToken)
-		}
-		// The middleware checks expiry against the wall clock; the fake
-		// clock's verdict is above.
-		return &auth.TokenInfo{UserID: g.user, Expiration: time.Now().Add(time.Hour)}, nil
-	}
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
-	mux := http.NewServeMux()
-	var base string
-	// The metadata sits at a path only the 401's challenge names.
-	mux.Handle("/meta/"+name, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rs.mu.Lock()
-		rs.prm++
-		rs.mu.Unlock()
-		auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{Resource: rs.resource, AuthorizationServers: []string{as.URL},
-			ScopesSupported: []string{name + ".read"}}).ServeHTTP(w, r)
-	}))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h := r.Header.Get("Authorization"); h != "" {
-			rs.mu.Lock()
-			rs.seen = append(rs.seen, strings.TrimPrefix(h, "Bearer "))
-			rs.mu.Unlock()
-		}
-		if r.URL.Path == "/mcp" {
-			auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{ResourceMetadataURL: base + "/meta/" + name})(mcpHandler).ServeHTTP(w, r)
-			return
-		}
-		mux.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	base = srv.URL
-	rs.URL, rs.resource = srv.URL+"/mcp", srv.URL+"/mcp"
-	return rs
-}
-
-func (rs *resourceServer) tokens() []string {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return append([]string(nil), rs.seen...)
-}
-
-func (rs *resourceServer) counts() (calls, prm int) {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return rs.calls, rs.prm
-}
 
 func hostPort(raw string) string {
 	u, _ := url.Parse(raw)
 	return u.Host
 }
 
-func oauthSpec(t *testing.T, name string, rs *resourceServer, as *authServer, extra string) *mcphost.Spec {
+func oauthSpec(t *testing.T, name string, rs *oauthtest.ResourceServer, as *oauthtest.AuthServer, extra string) *mcphost.Spec {
 	t.Helper()
 	s, err := mcphost.ParseSpec([]byte(fmt.Sprintf("name: %s\ntransport: http\nendpoint: %s\nauth: oauth\noauth: {client_id: agentplane%s}\nallow: [%q, %q]\n",
 		name, rs.URL, extra, hostPort(rs.URL), hostPort(as.URL))))
@@ -298,7 +49,7 @@ type oauthWorld struct {
 	ms     map[string]*tool.Manifest
 }
 
-func newOAuthWorld(t *testing.T, clock *fakeClock, users ...string) *oauthWorld {
+func newOAuthWorld(t *testing.T, clock *oauthtest.Clock, users ...string) *oauthWorld {
 	t.Helper()
 	w := &oauthWorld{dir: t.TempDir(), reg: &registry{cs: map[string]*mcphost.Connector{}}, ms: map[string]*tool.Manifest{}}
 	key := base64.StdEncoding.EncodeToString(make([]byte, 32))
@@ -337,20 +88,7 @@ func (w *oauthWorld) connect(t *testing.T, user string, spec *mcphost.Spec) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequest(http.MethodGet, authURL, nil)
-	req.Header.Set("X-Test-User", user)
-	browser := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := browser.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	loc, err := url.Parse(resp.Header.Get("Location"))
-	if resp.StatusCode != http.StatusFound || err != nil {
-		t.Fatalf("authorization server answered %d %q", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	q := loc.Query()
-	if err := w.oauth.Finish(t.Context(), "bank", user, spec, mcphost.Callback{State: q.Get("state"), Code: q.Get("code"), Iss: q.Get("iss")}); err != nil {
+	if err := w.oauth.Finish(t.Context(), "bank", user, spec, oauthtest.Authorize(t, authURL, user)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -396,10 +134,10 @@ func (w *oauthWorld) call(t *testing.T, user, connector string) broker.Execution
 }
 
 func TestOAuthPerUserTokens(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
-	as := newAuthServer(t, clock)
-	crm := newResourceServer(t, as, "crm")
-	mail := newResourceServer(t, as, "mail")
+	clock := oauthtest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	as := oauthtest.NewAuthServer(t, clock)
+	crm := oauthtest.NewResourceServer(t, as, "crm")
+	mail := oauthtest.NewResourceServer(t, as, "mail")
 	w := newOAuthWorld(t, clock, "priya", "alice", "bob", "carol")
 	crmSpec, mailSpec := oauthSpec(t, "crm", crm, as, ""), oauthSpec(t, "mail", mail, as, "")
 
@@ -413,10 +151,10 @@ func TestOAuthPerUserTokens(t *testing.T) {
 		if got := u.Scheme + "://" + u.Host + u.Path; got != as.URL+"/authorize" {
 			t.Errorf("authorization URL goes to %s, want the issuer's %s/authorize", got, as.URL)
 		}
-		if q.Get("resource") != crm.resource || q.Get("code_challenge_method") != "S256" || len(q.Get("code_challenge")) != 43 || q.Get("state") == "" || q.Get("scope") != "crm.read" {
-			t.Errorf("authorization request %v: want resource %s, PKCE S256, a state and the server's scope", q, crm.resource)
+		if q.Get("resource") != crm.Resource || q.Get("code_challenge_method") != "S256" || len(q.Get("code_challenge")) != 43 || q.Get("state") == "" || q.Get("scope") != "crm.read" {
+			t.Errorf("authorization request %v: want resource %s, PKCE S256, a state and the server's scope", q, crm.Resource)
 		}
-		if _, prm := crm.counts(); prm == 0 {
+		if _, prm := crm.Counts(); prm == 0 {
 			t.Error("the protected-resource metadata (named only by the 401's challenge) was never fetched")
 		}
 	})
@@ -426,9 +164,9 @@ func TestOAuthPerUserTokens(t *testing.T) {
 		if _, err := w.oauth.Start(t.Context(), "bank", "priya", pinned, "http://127.0.0.1:1/cb"); err == nil || !strings.Contains(err.Error(), "not the connector's issuer") {
 			t.Errorf("a server naming another issuer than the connector's: %v", err)
 		}
-		as.set(func(a *authServer) { a.lieIssuer = true })
+		as.Set(func(a *oauthtest.AuthServer) { a.LieIssuer = true })
 		_, err := w.oauth.Start(t.Context(), "bank", "priya", crmSpec, "http://127.0.0.1:1/cb")
-		as.set(func(a *authServer) { a.lieIssuer = false })
+		as.Set(func(a *oauthtest.AuthServer) { a.LieIssuer = false })
 		if err == nil || !strings.Contains(err.Error(), "does not match") {
 			t.Errorf("authorization server metadata naming another issuer: %v", err)
 		}
@@ -466,41 +204,41 @@ func TestOAuthPerUserTokens(t *testing.T) {
 				t.Fatalf("alice calls %s: %s %s", c, ex.Status, ex.Output)
 			}
 		}
-		for _, rs := range []*resourceServer{crm, mail} {
-			seen := rs.tokens()
+		for _, rs := range []*oauthtest.ResourceServer{crm, mail} {
+			seen := rs.Tokens()
 			if len(seen) == 0 {
-				t.Fatalf("%s saw no token", rs.resource)
+				t.Fatalf("%s saw no token", rs.Resource)
 			}
 			for _, tok := range seen {
-				if g, ok := as.introspect(tok); !ok || g.aud != rs.resource {
-					t.Errorf("%s was presented a token for %q", rs.resource, g.aud)
+				if g, ok := as.Introspect(tok); !ok || g.Aud != rs.Resource {
+					t.Errorf("%s was presented a token for %q", rs.Resource, g.Aud)
 				}
 			}
 		}
 	})
 
 	t.Run("a user without a token is told to connect", func(t *testing.T) {
-		before := len(crm.tokens())
+		before := len(crm.Tokens())
 		ex := w.call(t, "bob", "crm")
 		if ex.Status != trace.StatusDenied || !strings.Contains(string(ex.Output), "connect your account") ||
 			!strings.Contains(string(ex.Output), "agentplane connectors connect crm --tenant bank --as bob") {
 			t.Errorf("bob without a token: %s %s", ex.Status, ex.Output)
 		}
-		if after := len(crm.tokens()); after != before {
+		if after := len(crm.Tokens()); after != before {
 			t.Errorf("the server was sent %d tokens for bob's call", after-before)
 		}
 	})
 
 	t.Run("a wrong-audience token is refused by the server and the call fails closed", func(t *testing.T) {
-		as.set(func(a *authServer) { a.misissue = crm.resource }) // a confused authorization server
+		as.Set(func(a *oauthtest.AuthServer) { a.Misissue = crm.Resource }) // a confused authorization server
 		w.connect(t, "carol", mailSpec)
-		as.set(func(a *authServer) { a.misissue = "" })
-		calls, _ := mail.counts()
+		as.Set(func(a *oauthtest.AuthServer) { a.Misissue = "" })
+		calls, _ := mail.Counts()
 		ex := w.call(t, "carol", "mail")
 		if ex.Status == trace.StatusOK || !strings.Contains(string(ex.Output), "refused") {
 			t.Errorf("a token for crm presented to mail: %s %s", ex.Status, ex.Output)
 		}
-		if after, _ := mail.counts(); after != calls {
+		if after, _ := mail.Counts(); after != calls {
 			t.Error("the tool ran with a token for another server")
 		}
 	})
@@ -514,12 +252,12 @@ func TestOAuthPerUserTokens(t *testing.T) {
 		c.Spec = moved
 		w.reg.cs["crm"] = &c
 		w.reg.mu.Unlock()
-		before := len(mail.tokens())
+		before := len(mail.Tokens())
 		ex := w.call(t, "alice", "crm")
 		if ex.Status != trace.StatusDenied || !strings.Contains(string(ex.Output), "connected an account for another server") {
 			t.Errorf("a grant for another resource: %s %s", ex.Status, ex.Output)
 		}
-		if n := len(mail.tokens()) - before; n != 0 {
+		if n := len(mail.Tokens()) - before; n != 0 {
 			t.Errorf("mail was sent %d tokens", n)
 		}
 		w.reg.mu.Lock()
@@ -532,16 +270,14 @@ func TestOAuthPerUserTokens(t *testing.T) {
 		if ex := w.call(t, "alice", "crm"); ex.Status != trace.StatusOK {
 			t.Fatalf("%s %s", ex.Status, ex.Output)
 		}
-		seen := crm.tokens()
+		seen := crm.Tokens()
 		first = seen[len(seen)-1]
-		as.set(func(a *authServer) { a.refreshed = 0 })
+		as.Set(func(a *oauthtest.AuthServer) { a.Refreshed = 0 })
 		clock.Advance(5 * time.Minute) // 5 of 10 minutes left: no refresh
 		if ex := w.call(t, "alice", "crm"); ex.Status != trace.StatusOK {
 			t.Fatalf("%s %s", ex.Status, ex.Output)
 		}
-		as.mu.Lock()
-		n := as.refreshed
-		as.mu.Unlock()
+		n := as.Refreshes()
 		if n != 0 {
 			t.Errorf("refreshed %d times with 5 minutes left", n)
 		}
@@ -549,23 +285,19 @@ func TestOAuthPerUserTokens(t *testing.T) {
 		if ex := w.call(t, "alice", "crm"); ex.Status != trace.StatusOK {
 			t.Fatalf("%s %s", ex.Status, ex.Output)
 		}
-		as.mu.Lock()
-		n = as.refreshed
-		as.mu.Unlock()
-		seen = crm.tokens()
+		n = as.Refreshes()
+		seen = crm.Tokens()
 		last := seen[len(seen)-1]
 		if n != 1 || last == first {
 			t.Errorf("refreshes %d, last token the first one: %v", n, last == first)
 		}
-		if g, _ := as.introspect(last); !clock.Now().Before(g.exp) {
+		if g, _ := as.Introspect(last); !clock.Now().Before(g.Exp) {
 			t.Error("the token sent had expired")
 		}
 	})
 
 	t.Run("tokens are sealed", func(t *testing.T) {
-		as.mu.Lock()
-		toks := append([]string(nil), as.issued...)
-		as.mu.Unlock()
+		toks := as.Tokens()
 		files := 0
 		err := filepath.WalkDir(w.dir, func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
@@ -593,9 +325,9 @@ func TestOAuthPerUserTokens(t *testing.T) {
 }
 
 func TestOAuthFlowBinding(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
-	as := newAuthServer(t, clock)
-	crm := newResourceServer(t, as, "crm")
+	clock := oauthtest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	as := oauthtest.NewAuthServer(t, clock)
+	crm := oauthtest.NewResourceServer(t, as, "crm")
 	w := newOAuthWorld(t, clock, "alice", "mallory")
 	spec := oauthSpec(t, "crm", crm, as, "")
 	start := func(user string) url.Values {
