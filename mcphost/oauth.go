@@ -330,6 +330,9 @@ type Callback struct {
 // is exchanged with the PKCE verifier for a token for this server alone,
 // which is stored sealed.
 func (a *OAuth) Finish(ctx context.Context, tenant, user string, spec *Spec, cb Callback) error {
+	if spec.Auth != AuthOAuth || spec.OAuth == nil {
+		return refusedf("connector %s does not use per-user OAuth (auth %s): there is no account to connect", spec.Name, spec.Auth)
+	}
 	g, err := a.load(ctx, tenant, user, spec.Name)
 	if errors.Is(err, secrets.ErrNotFound) || (err == nil && g.Pending == nil) {
 		return refusedf("connector %s: no authorization in progress for user %s; start again (agentplane connectors connect %s)", spec.Name, user, spec.Name)
