@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -218,6 +219,9 @@ func (c *command) connectAccount(p *platform.Platform, tenant, user, name, liste
 			} else {
 				fmt.Fprintf(w, "agentplane: %s's account at connector %s is connected; you may close this page.\n", user, name)
 			}
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
 			done <- err
 		})
 		if !handled {
@@ -225,7 +229,14 @@ func (c *command) connectAccount(p *platform.Platform, tenant, user, name, liste
 		}
 	})}
 	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	defer func() {
+		// Let the browser's page finish, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
