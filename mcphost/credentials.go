@@ -33,10 +33,10 @@ func (c *Credentials) Issue(ctx context.Context, r secrets.Request) (*secrets.Cr
 		// Not a connector: a platform tool's own audience.
 	case err != nil:
 		return nil, err
-	case conn.Spec.Auth == AuthOAuth:
-		if conn.Tenant != r.Tenant {
-			return nil, fmt.Errorf("tenant %s has no connector %s", r.Tenant, r.Connector)
-		}
+	case conn.Spec.Auth == AuthOAuth && conn.Tenant == r.Tenant:
+		// (Another tenant's connector of that name is not this tenant's:
+		// the call gets the service credential, and the host refuses an
+		// MCP call to another tenant's server before it is made.)
 		if c.OAuth == nil {
 			return nil, fmt.Errorf("connector %s uses per-user OAuth, and this platform has no OAuth client configured", r.Connector)
 		}
