@@ -14,18 +14,49 @@ import (
 // A tenant's MCP connectors (package mcphost): any caller with agents:read
 // lists and shows them; adding, diffing (which contacts the server),
 // reviewing and removing need tenant:admin. The reviewer is the caller.
+// A caller with runs:write connects their own account to an oauth
+// connector (oauth:start, then the callback with the authorization
+// server's answer, as the same caller: the state is bound to them).
 // Text a server wrote (descriptions, titles) is returned as data, never
 // rendered: it is untrusted.
 
 // ConnectorSpec is a connector's definition.
 type ConnectorSpec struct {
-	Name      string   `json:"name"`
-	Transport string   `json:"transport"`
-	Endpoint  string   `json:"endpoint,omitempty"`
-	Command   []string `json:"command,omitempty"`
-	Image     string   `json:"image,omitempty"`
-	Auth      string   `json:"auth,omitempty"`
-	Allow     []string `json:"allow,omitempty"`
+	Name      string          `json:"name"`
+	Transport string          `json:"transport"`
+	Endpoint  string          `json:"endpoint,omitempty"`
+	Command   []string        `json:"command,omitempty"`
+	Image     string          `json:"image,omitempty"`
+	Auth      string          `json:"auth,omitempty"`
+	Allow     []string        `json:"allow,omitempty"`
+	OAuth     *ConnectorOAuth `json:"oauth,omitempty"`
+}
+
+// ConnectorOAuth is how agentplane is a client of an oauth connector's
+// authorization server.
+type ConnectorOAuth struct {
+	ClientID string   `json:"client_id"`
+	Scopes   []string `json:"scopes,omitempty"`
+	Issuer   string   `json:"issuer,omitempty"`
+}
+
+// OAuthStart is the body of POST /v1/connectors/{connector}/oauth:start.
+type OAuthStart struct {
+	// RedirectURI is where the authorization server sends the user's
+	// browser back: https, or http on loopback (a CLI's listener).
+	RedirectURI string `json:"redirect_uri"`
+}
+
+// OAuthStarted is its answer.
+type OAuthStarted struct {
+	AuthorizationURL string `json:"authorization_url"`
+}
+
+// OAuthConnected is the answer of GET /v1/connectors/{connector}/oauth/callback.
+type OAuthConnected struct {
+	Connector string `json:"connector"`
+	User      string `json:"user"`
+	Connected bool   `json:"connected"`
 }
 
 // ConnectorAdd is the body of POST /v1/connectors.
@@ -95,6 +126,9 @@ func toConnector(v *platform.ConnectorView) Connector {
 	s := v.Spec
 	out := Connector{Connector: ConnectorSpec{Name: s.Name, Transport: s.Transport, Endpoint: s.Endpoint, Command: s.Command, Image: s.Image, Auth: s.Auth, Allow: s.Allow},
 		SnapshotHash: v.Record.SnapshotHash, ReviewedBy: v.Record.ReviewedBy, Tools: []ConnectorTool{}}
+	if o := s.OAuth; o != nil {
+		out.Connector.OAuth = &ConnectorOAuth{ClientID: o.ClientID, Scopes: o.Scopes, Issuer: o.Issuer}
+	}
 	if !v.Record.ReviewedAt.IsZero() {
 		at := v.Record.ReviewedAt
 		out.ReviewedAt = &at
@@ -171,7 +205,7 @@ func handleGetConnector(s *Server, w http.ResponseWriter, r *http.Request, p *Pr
 }
 
 func handleDiffConnector(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
-	changes, live, err := s.p.DiffConnector(r.Context(), p.Tenant, params["connector"])
+	changes, live, err := s.p.DiffConnector(r.Context(), p.Tenant, params["connector"], p.User)
 	if err != nil {
 		s.fail(w, r, connectorError(err))
 		return
@@ -211,4 +245,41 @@ func handleDeleteConnector(s *Server, w http.ResponseWriter, r *http.Request, p 
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func handleStartOAuth(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
+	var req OAuthStart
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	u, err := s.p.ConnectAccount(r.Context(), p.Tenant, p.User, params["connector"], req.RedirectURI)
+	if err != nil {
+		s.fail(w, r, oauthError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, OAuthStarted{AuthorizationURL: u})
+}
+
+func handleOAuthCallback(s *Server, w http.ResponseWriter, r *http.Request, p *Principal, params map[string]string) {
+	q := r.URL.Query()
+	cb := mcphost.Callback{State: q.Get("state"), Code: q.Get("code"), Iss: q.Get("iss"), Error: q.Get("error")}
+	if err := s.p.FinishConnect(r.Context(), p.Tenant, p.User, params["connector"], cb); err != nil {
+		s.fail(w, r, oauthError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, OAuthConnected{Connector: params["connector"], User: p.User, Connected: true})
+}
+
+// oauthError maps a failed connection: a refused flow is the caller's to
+// start again (422); a server that cannot be reached is 502.
+func oauthError(err error) error {
+	var he *httpError
+	switch {
+	case errors.As(err, &he), errors.Is(err, store.ErrNotFound):
+		return err
+	case errors.Is(err, mcphost.ErrFlowRefused):
+		return &httpError{http.StatusUnprocessableEntity, "oauth_refused", err.Error()}
+	}
+	return &httpError{http.StatusBadGateway, "connector_unreachable", "the connector's authorization could not be discovered or completed: " + err.Error()}
 }

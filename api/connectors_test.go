@@ -4,14 +4,17 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/api/apitest"
 	"github.com/agentplane/agentplane/internal/platform"
+	"github.com/agentplane/agentplane/mcphost/oauthtest"
 )
 
 type apiEchoIn struct {
@@ -75,5 +78,62 @@ func TestConnectorsAPI(t *testing.T) {
 	}
 	if r := f.do(priya, "GET", "/v1/connectors/crm", nil); r.status != http.StatusNotFound {
 		t.Fatalf("after delete: %s", r)
+	}
+}
+
+// TestConnectorOAuthAPI: a caller connects their own account to an oauth
+// connector over HTTP (oauth:start, the browser at the authorization
+// server, the callback as the same caller); the answer presented by
+// another user completes nothing, and the reviewer's connected account
+// lists the server.
+func TestConnectorOAuthAPI(t *testing.T) {
+	as := oauthtest.NewAuthServer(t, oauthtest.NewClock(time.Now()))
+	crm := oauthtest.NewResourceServer(t, as, "crm")
+	st := apitest.Start(t, apitest.Options{Platform: func(o *platform.Options) { o.MCP.AllowLoopback = true }}) // test-only
+	f := &fixture{t: t, dir: st.Dir, p: st.Platform, srv: st.API, http: st.HTTP, clock: st.Clock, keys: st.Keys}
+	admin := []string{"Authorization", "Bearer " + f.adminKey(apitest.BankTenant, priya)}
+	host := func(raw string) string { u, _ := url.Parse(raw); return u.Host }
+	add := map[string]any{"connector": map[string]any{"name": "crm", "transport": "http", "endpoint": crm.URL, "auth": "oauth",
+		"oauth": map[string]any{"client_id": "agentplane"}, "allow": []string{host(crm.URL), host(as.URL)}},
+		"overlays": "tool: whoami\nrisk: low\ntier: 2\ntimeout_ms: 5000\nside_effects: none\nauth: {mode: on_behalf_of_user, scopes: ['crm:read']}\n"}
+	var c api.Connector
+	if r := f.do(priya, "POST", "/v1/connectors", add, admin...); r.status != http.StatusCreated {
+		t.Fatalf("add: %s", r)
+	} else if r.decode(t, &c); c.Connector.OAuth == nil || c.Connector.OAuth.ClientID != "agentplane" {
+		t.Fatalf("add: %s", r)
+	}
+	if r := f.do(priya, "GET", "/v1/connectors/crm/diff", nil, admin...); r.status != http.StatusBadGateway || !strings.Contains(string(r.body), "connect your account") {
+		t.Fatalf("diff before connecting: %s", r)
+	}
+	if r := f.do(priya, "POST", "/v1/connectors/crm/oauth:start", map[string]any{"redirect_uri": "http://attacker.example/cb"}); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("an http redirect off loopback: %s", r)
+	}
+	r := f.do(priya, "POST", "/v1/connectors/crm/oauth:start", map[string]any{"redirect_uri": "http://127.0.0.1:1/v1/connectors/crm/oauth/callback"})
+	var started api.OAuthStarted
+	r.decode(t, &started)
+	if r.status != 200 || !strings.HasPrefix(started.AuthorizationURL, as.URL+"/authorize?") {
+		t.Fatalf("start: %s", r)
+	}
+	cb := oauthtest.Authorize(t, started.AuthorizationURL, priya)
+	q := url.Values{"state": {cb.State}, "code": {cb.Code}, "iss": {cb.Iss}}
+	if r := f.do(meera, "GET", "/v1/connectors/crm/oauth/callback?"+q.Encode(), nil); r.status != http.StatusUnprocessableEntity {
+		t.Fatalf("priya's answer presented by meera: %s", r)
+	}
+	r = f.do(priya, "GET", "/v1/connectors/crm/oauth/callback?"+q.Encode(), nil)
+	var done api.OAuthConnected
+	r.decode(t, &done)
+	if r.status != 200 || !done.Connected || done.User != priya {
+		t.Fatalf("callback: %s", r)
+	}
+	if strings.Contains(string(r.body), cb.Code) {
+		t.Fatal("the answer echoes the code")
+	}
+	if r := f.do(priya, "GET", "/v1/connectors/crm/diff", nil, admin...); r.status != 200 {
+		t.Fatalf("diff as priya after connecting: %s", r)
+	}
+	for _, tok := range crm.Tokens() {
+		if strings.Contains(string(r.body), tok) {
+			t.Fatal("a token in an answer")
+		}
 	}
 }

@@ -260,6 +260,10 @@ func TestTenantIsolation(t *testing.T) {
 		"DELETE /v1/connectors/{connector}":      {path: "/v1/connectors/globex-crm", asA: notFound, control: http.StatusNoContent, admin: true},
 		"GET /v1/connectors/{connector}/diff":    {path: "/v1/connectors/globex-crm/diff", asA: notFound, control: http.StatusBadGateway, admin: true},
 		"POST /v1/connectors/{connector}:review": {path: "/v1/connectors/globex-crm:review", body: map[string]any{"expect_hash": "00"}, asA: notFound, control: http.StatusBadGateway, admin: true},
+		// B's connector has no OAuth: B's own attempts are refused (422).
+		"POST /v1/connectors/{connector}/oauth:start": {path: "/v1/connectors/globex-crm/oauth:start", body: map[string]any{"redirect_uri": "http://127.0.0.1:1/cb"},
+			asA: notFound, control: http.StatusUnprocessableEntity},
+		"GET /v1/connectors/{connector}/oauth/callback": {path: "/v1/connectors/globex-crm/oauth/callback?state=s&code=c", asA: notFound, control: http.StatusUnprocessableEntity},
 		"GET /v1/tenant": {path: "/v1/tenant", asA: func(t *testing.T, r *response) {
 			hides(t, r)
 			var tn api.Tenant

@@ -49,6 +49,8 @@ func Routes() []Route {
 		{Method: "DELETE", Pattern: "/v1/connectors/{connector}", Operation: "deleteConnector", Scope: ScopeAdmin, handle: handleDeleteConnector},
 		{Method: "GET", Pattern: "/v1/connectors/{connector}/diff", Operation: "diffConnector", Scope: ScopeAdmin, handle: handleDiffConnector},
 		{Method: "POST", Pattern: "/v1/connectors/{connector}:review", Operation: "reviewConnector", Scope: ScopeAdmin, handle: handleReviewConnector},
+		{Method: "POST", Pattern: "/v1/connectors/{connector}/oauth:start", Operation: "startConnectorOAuth", Scope: ScopeRunsWrite, handle: handleStartOAuth},
+		{Method: "GET", Pattern: "/v1/connectors/{connector}/oauth/callback", Operation: "finishConnectorOAuth", Scope: ScopeRunsWrite, handle: handleOAuthCallback},
 
 		{Method: "GET", Pattern: "/v1/tenant", Operation: "getTenant", Scope: ScopeRunsRead, handle: handleGetTenant},
 		{Method: "PUT", Pattern: "/v1/tenant/settings", Operation: "putTenantSettings", Scope: ScopeAdmin, handle: handlePutTenantSettings},

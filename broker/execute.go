@@ -15,8 +15,10 @@ import (
 )
 
 // Credentials mints the credential of one call; secrets.Broker is the
-// embedded implementation. Issue must return an error wrapping
-// secrets.ErrNotFound when the tenant has no secret for the connector.
+// embedded implementation (mcphost.Credentials adds users' OAuth tokens).
+// Issue must return an error wrapping secrets.ErrNotFound when the tenant
+// has no secret for the connector, and one wrapping
+// secrets.ErrNotConnected when the user has not connected their account.
 type Credentials interface {
 	Issue(ctx context.Context, r secrets.Request) (*secrets.Credential, error)
 }
@@ -102,6 +104,9 @@ func (b *Broker) credential(ctx context.Context, m *tool.Manifest, call tool.Cal
 		Scopes: m.Auth.Scopes, Agent: call.Agent, RunID: call.RunID, IdempotencyKey: call.IdempotencyKey,
 		TTL: msDuration(int64(m.TimeoutMS) + credentialSlack)})
 	switch {
+	case errors.Is(err, secrets.ErrNotConnected):
+		// The user's own account is not connected: the reason says how.
+		return nil, err
 	case errors.Is(err, secrets.ErrNotFound):
 		return nil, fmt.Errorf("%s needs a credential for connector %s, and tenant %s has none configured; an administrator must store one (agentplane users secret set TENANT CONNECTOR --random, or from stdin)",
 			m.Name, aud, call.Tenant)

@@ -72,7 +72,7 @@ func BenchmarkCall(b *testing.B) {
 
 func benchReview(b *testing.B, h *mcphost.Host, reg *registry, spec *mcphost.Spec) *tool.Manifest {
 	b.Helper()
-	snap, err := h.List(b.Context(), "bank", spec)
+	snap, err := h.List(b.Context(), "bank", "", spec)
 	if err != nil {
 		b.Fatal(err)
 	}

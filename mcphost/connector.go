@@ -47,7 +47,7 @@ const (
 const (
 	AuthNone    = "none"    // the server needs no credential
 	AuthService = "service" // a per-tenant secret held by the credential broker
-	AuthOAuth   = "oauth"   // per-user OAuth 2.1 tokens (not yet implemented: refused at call time)
+	AuthOAuth   = "oauth"   // per-user OAuth 2.1 tokens, each for this one server (oauth.go)
 )
 
 // Limits on a connector's definition.
@@ -77,6 +77,24 @@ type Spec struct {
 	// or may reach itself (stdio, through the sandbox's egress proxy).
 	// An http endpoint's own host:port must be listed.
 	Allow []string `json:"allow,omitempty" yaml:"allow"`
+	// OAuth configures auth oauth (and only it).
+	OAuth *OAuthSpec `json:"oauth,omitempty" yaml:"oauth"`
+}
+
+// OAuthSpec is how agentplane acts as an OAuth 2.1 client of the
+// connector's authorization server. The authorization server is
+// discovered from the server (RFC 9728) and must be reachable through the
+// allowlist: its host:port is listed in allow like the endpoint's.
+type OAuthSpec struct {
+	// ClientID is agentplane's client at the authorization server
+	// (registered there; a public client using PKCE).
+	ClientID string `json:"client_id" yaml:"client_id"`
+	// Scopes are asked for when a user connects (default: the scopes the
+	// server's metadata lists).
+	Scopes []string `json:"scopes,omitempty" yaml:"scopes"`
+	// Issuer, when set, is the only authorization server accepted: a
+	// server whose metadata names another is refused.
+	Issuer string `json:"issuer,omitempty" yaml:"issuer"`
 }
 
 // ParseSpec reads a connector definition (YAML or JSON), strictly.
@@ -112,6 +130,16 @@ func (s *Spec) Validate() error {
 	case AuthNone, AuthService, AuthOAuth:
 	default:
 		bad("auth", "must be none, service or oauth (got %q)", s.Auth)
+	}
+	switch {
+	case s.Auth == AuthOAuth && s.OAuth == nil:
+		bad("oauth", "auth oauth needs oauth.client_id: agentplane's client at the server's authorization server")
+	case s.Auth != AuthOAuth && s.OAuth != nil:
+		bad("oauth", "set only with auth: oauth")
+	case s.OAuth != nil:
+		for _, err := range s.OAuth.validate() {
+			bad("oauth", "%v", err)
+		}
 	}
 	if len(s.Allow) > maxAllow {
 		bad("allow", "more than %d entries", maxAllow)
@@ -172,6 +200,30 @@ func (s *Spec) CanonicalJSON() []byte {
 func SpecFromJSON(data []byte) (*Spec, error) {
 	return ParseSpec(data) // JSON is YAML; the same strict checks apply
 }
+
+func (o *OAuthSpec) validate() []error {
+	var errs []error
+	if o.ClientID == "" || len(o.ClientID) > 256 || strings.ContainsFunc(o.ClientID, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		errs = append(errs, errors.New("client_id: required, at most 256 printable characters without spaces"))
+	}
+	if len(o.Scopes) > 32 {
+		errs = append(errs, errors.New("scopes: at most 32"))
+	}
+	for _, sc := range o.Scopes {
+		if !reScope.MatchString(sc) {
+			errs = append(errs, fmt.Errorf("scopes: %q is not an OAuth scope token", sc))
+		}
+	}
+	if o.Issuer != "" {
+		if _, err := endpointHostPort(o.Issuer); err != nil {
+			errs = append(errs, fmt.Errorf("issuer: %v", err))
+		}
+	}
+	return errs
+}
+
+// reScope is RFC 6749's scope-token, bounded.
+var reScope = regexp.MustCompile(`^[\x21\x23-\x5b\x5d-\x7e]{1,128}$`)
 
 func endpointHostPort(endpoint string) (string, error) {
 	if endpoint == "" || len(endpoint) > maxEndpointLen {

@@ -87,6 +87,9 @@ type Options struct {
 	Policy *addrpolicy.Policy
 	// Launcher starts stdio servers in sandboxes (nil: stdio refused).
 	Launcher Launcher
+	// OAuth holds users' tokens for connectors with auth oauth; listing
+	// such a server acts as a user with their token (nil: refused).
+	OAuth *OAuth
 	// IdleTimeout closes a run's session unused for this long (default
 	// 2 minutes); ConnectTimeout bounds connecting and listing (default
 	// 15 s).
@@ -235,16 +238,25 @@ func reviewedIn(c *Connector, m *tool.Manifest) bool {
 	return false
 }
 
+// ErrPerUser is returned by Quarantine for a connector with per-user
+// OAuth: its server lists tools only to a user, so it is checked on each
+// run's own session (as that run's user) before every call.
+var ErrPerUser = errors.New("the connector's server is listed only as a user (per-user OAuth)")
+
 // Quarantine connects to the connector's server (a listing only, outside
 // any run), compares its tools with the reviewed snapshot and returns the
 // quarantined tools by server name with the reason. A connector that
 // cannot be reached quarantines every tool: nothing unverified is offered.
+// A per-user OAuth connector returns ErrPerUser.
 func (h *Host) Quarantine(ctx context.Context, connector string) (map[string]string, error) {
 	c, err := h.o.Registry.Connector(ctx, connector)
 	if err != nil {
 		return nil, err
 	}
-	live, err := h.List(ctx, c.Tenant, c.Spec)
+	if c.Spec.Auth == AuthOAuth {
+		return nil, fmt.Errorf("connector %s: %w", connector, ErrPerUser)
+	}
+	live, err := h.List(ctx, c.Tenant, "", c.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -253,11 +265,23 @@ func (h *Host) Quarantine(ctx context.Context, connector string) (map[string]str
 
 // List connects to a server, lists its tools and disconnects: what
 // connectors review and diff show. The listing is bounded (MaxTools,
-// sizes) and its text is untrusted.
-func (h *Host) List(ctx context.Context, tenant string, spec *Spec) (*Snapshot, error) {
+// sizes) and its text is untrusted. A per-user OAuth server is listed as
+// user, with their token; other servers get no credential.
+func (h *Host) List(ctx context.Context, tenant, user string, spec *Spec) (*Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.o.ConnectTimeout)
 	defer cancel()
-	s, err := h.connect(ctx, tenant, "", spec, "")
+	credential := ""
+	if spec.Auth == AuthOAuth {
+		if h.o.OAuth == nil {
+			return nil, fmt.Errorf("connector %s uses per-user OAuth, and this platform has no OAuth client configured", spec.Name)
+		}
+		cred, err := h.o.OAuth.Credential(ctx, tenant, user, spec)
+		if err != nil {
+			return nil, fmt.Errorf("listing connector %s acts as a user: %w", spec.Name, err)
+		}
+		credential = cred.Token
+	}
+	s, err := h.connect(ctx, tenant, "", spec, credential)
 	if err != nil {
 		return nil, err
 	}
@@ -284,12 +308,13 @@ func (h *Host) Call(ctx context.Context, m *tool.Manifest, call tool.Call) (tool
 	case !reviewedIn(c, m):
 		return tool.Result{}, &broker.Refused{Control: ControlQuarantine, Reason: fmt.Sprintf("tool %s is not in the current review of connector %s (it was reviewed again or removed since this run started); the call was not made", m.Name, m.Connector)}
 	}
-	if c.Spec.Auth == AuthOAuth {
-		return tool.Result{}, &broker.Refused{Control: ControlConnector, Reason: fmt.Sprintf("connector %s uses per-user OAuth, which this platform does not support yet; the call was not made", m.Connector)}
+	if c.Spec.Auth == AuthOAuth && call.Credential == "" {
+		// Never a call without the user's own token (nor with anyone else's).
+		return tool.Result{}, &broker.Refused{Control: broker.ControlCredential, Reason: fmt.Sprintf("tool %s acts as the user at connector %s, and no user credential was attached (its overlay must say auth.mode on_behalf_of_user); the call was not made", m.Name, m.Connector)}
 	}
 	s, err := h.session(ctx, c, call)
 	if err != nil {
-		return tool.Result{}, err
+		return tool.Result{}, h.unauthorised(c, call, err)
 	}
 	if why, q := s.quarantined[m.MCP.Tool]; q {
 		return tool.Result{}, &broker.Refused{Control: ControlQuarantine, Reason: fmt.Sprintf("tool %s is quarantined: %s; an administrator must review connector %s again (agentplane connectors diff %s, then review) before it can be called",
@@ -302,9 +327,26 @@ func (h *Host) Call(ctx context.Context, m *tool.Manifest, call tool.Call) (tool
 	meta := mcp.Meta{MetaIdempotencyKey: call.IdempotencyKey, MetaTraceparent: toolrun.Traceparent(call.RunID, call.IdempotencyKey)}
 	res, err := s.call(ctx, &mcp.CallToolParams{Meta: meta, Name: m.MCP.Tool, Arguments: args}, call.Credential)
 	if err != nil {
+		if s.auth != nil && s.auth.wasRefused() {
+			return tool.Result{}, h.unauthorised(c, call, errRefusedToken)
+		}
 		return tool.Result{}, err
 	}
 	return result(m, res)
+}
+
+var errRefusedToken = errors.New("the server refused the token")
+
+// unauthorised turns a server's refusal of a user's OAuth token (HTTP 401
+// or 403: revoked, expired early, or not for this server) into a refusal
+// the model sees, telling the user to connect again. The call failed
+// closed: nothing was done with another credential.
+func (h *Host) unauthorised(c *Connector, call tool.Call, err error) error {
+	if c.Spec.Auth != AuthOAuth || !(errors.Is(err, errRefusedToken) || errors.Is(err, errConnectRefused)) {
+		return err
+	}
+	return &broker.Refused{Control: broker.ControlCredential, Reason: fmt.Sprintf("connector %s refused user %s's token (it may have been revoked or be for another server); connect your account again: agentplane connectors connect %s --tenant %s --as %s",
+		c.Spec.Name, call.User, c.Spec.Name, call.Tenant, call.User)}
 }
 
 // session returns the run's session with the connector, opening it (and

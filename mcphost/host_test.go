@@ -153,7 +153,7 @@ func specFor(t testing.TB, name, url string) *mcphost.Spec {
 // review does.
 func review(t *testing.T, h *mcphost.Host, reg *registry, tenant string, spec *mcphost.Spec) *mcphost.Connector {
 	t.Helper()
-	snap, err := h.List(t.Context(), tenant, spec)
+	snap, err := h.List(t.Context(), tenant, "", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestOutputSchemaEnforced(t *testing.T) {
 	reg := &registry{}
 	h := loopbackHost(t, reg, mcphost.Options{})
 	spec := specFor(t, "liar", srv.URL+"/mcp")
-	snap, err := h.List(t.Context(), "bank", spec)
+	snap, err := h.List(t.Context(), "bank", "", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestQuarantine(t *testing.T) {
 	if _, err := h.Call(t.Context(), manifestOf(t, c, "get_sum"), tool.Call{Args: []byte(`{"a":1,"b":2}`), RunID: "run_q", Tenant: "bank", IdempotencyKey: "run_q:2:0"}); err != nil {
 		t.Fatal(err)
 	}
-	live, err := h.List(t.Context(), "bank", c.Spec)
+	live, err := h.List(t.Context(), "bank", "", c.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestRefusals(t *testing.T) {
 	// Without an explicit loopback allowance, the address policy refuses
 	// the server.
 	strict := loopbackHost(t, reg, mcphost.Options{Policy: &addrpolicy.Policy{}})
-	if _, err := strict.List(t.Context(), "bank", c.Spec); err == nil || !strings.Contains(err.Error(), "refused") {
+	if _, err := strict.List(t.Context(), "bank", "", c.Spec); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("loopback server reached under the default policy: %v", err)
 	}
 
@@ -355,7 +355,7 @@ func TestRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.List(t.Context(), "bank", stdio); err == nil || !strings.Contains(err.Error(), "never run on the host") {
+	if _, err := h.List(t.Context(), "bank", "", stdio); err == nil || !strings.Contains(err.Error(), "never run on the host") {
 		t.Fatalf("stdio without a sandbox: %v", err)
 	}
 }
@@ -367,7 +367,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	reg := &registry{}
 	h := loopbackHost(t, reg, mcphost.Options{})
 	spec := specFor(t, "hop", hop.URL+"/mcp")
-	if _, err := h.List(t.Context(), "bank", spec); err == nil {
+	if _, err := h.List(t.Context(), "bank", "", spec); err == nil {
 		t.Fatal("the host followed a redirect to another server")
 	}
 	target.mu.Lock()

@@ -40,7 +40,7 @@ func referenceServers(t *testing.T) string {
 // overlay, as a reviewer would after reading the diff.
 func reviewAll(t *testing.T, h *mcphost.Host, reg *registry, spec *mcphost.Spec) map[string]*tool.Manifest {
 	t.Helper()
-	snap, err := h.List(t.Context(), "bank", spec)
+	snap, err := h.List(t.Context(), "bank", "", spec)
 	if err != nil {
 		t.Fatal(err)
 	}

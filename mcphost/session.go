@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +27,10 @@ const (
 	// maxLineBytes bounds one JSON-RPC message over stdio.
 	maxLineBytes = 16 << 20
 )
+
+// errConnectRefused is wrapped when a server refused the credential a
+// connection carried (HTTP 401 or 403).
+var errConnectRefused = errors.New("the server refused the credential")
 
 // session is one client session with one server, for one run (or one
 // listing).
@@ -101,7 +106,7 @@ func (h *Host) connect(ctx context.Context, tenant, runID string, spec *Spec, cr
 	case TransportHTTP:
 		s.auth = &bearer{}
 		s.auth.set(credential)
-		t = &mcp.StreamableClientTransport{Endpoint: spec.Endpoint, HTTPClient: httpClient(h.o.Policy, spec.Allow, s.auth),
+		t = &mcp.StreamableClientTransport{Endpoint: spec.Endpoint, HTTPClient: httpClient(h.o.Policy, spec.Allow, s.auth, originOf(spec.Endpoint)),
 			MaxRetries: -1, DisableStandaloneSSE: true}
 	case TransportStdio:
 		if h.o.Launcher == nil {
@@ -132,6 +137,9 @@ func (h *Host) connect(ctx context.Context, tenant, runID string, spec *Spec, cr
 				}
 			}
 			_ = s.proc.Stop()
+		}
+		if s.auth != nil && s.auth.wasRefused() {
+			err = fmt.Errorf("%w: %w", errConnectRefused, err)
 		}
 		return nil, fmt.Errorf("connector %s: connect: %w", spec.Name, err)
 	}
@@ -170,29 +178,59 @@ func listTools(ctx context.Context, cs *mcp.ClientSession) (*Snapshot, error) {
 }
 
 // bearer is the credential slot of an http session: set for one call,
-// cleared after it, sent only to the connector's own endpoint (the client
+// cleared after it, sent only to the connector's own origin (the client
 // follows no redirect and dials nothing outside the allowlist).
 type bearer struct {
 	mu    sync.Mutex
 	token string
+	// refused is set when the server answered 401 or 403 to a request
+	// that carried the token.
+	refused bool
 }
 
 func (b *bearer) set(t string) {
 	b.mu.Lock()
-	b.token = t
+	b.token, b.refused = t, false
 	b.mu.Unlock()
 }
 
 func (b *bearer) get() string {
+	if b == nil {
+		return ""
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.token
 }
 
+func (b *bearer) wasRefused() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.refused
+}
+
+func (b *bearer) noteRefused() {
+	b.mu.Lock()
+	b.refused = true
+	b.mu.Unlock()
+}
+
+// originOf is scheme://host:port of a URL, lower case ("" if it has none).
+func originOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	return strings.ToLower(u.Scheme + "://" + u.Host)
+}
+
 // httpClient reaches only allowlisted host:port pairs, at addresses the
 // policy allows (checked at connect time, after resolution), follows no
 // redirect, uses no proxy from the environment and bounds every response.
-func httpClient(policy *addrpolicy.Policy, allow []string, auth *bearer) *http.Client {
+//
+// A credential in auth is attached only to requests for origin, the
+// connector endpoint's: never to another server, whatever asks.
+func httpClient(policy *addrpolicy.Policy, allow []string, auth *bearer, origin string) *http.Client {
 	allowed := map[string]bool{}
 	for _, a := range allow {
 		allowed[a] = true
@@ -213,7 +251,7 @@ func httpClient(policy *addrpolicy.Policy, allow []string, auth *bearer) *http.C
 		IdleConnTimeout:        90 * time.Second,
 	}
 	return &http.Client{
-		Transport: &boundedRT{base: tr, auth: auth},
+		Transport: &boundedRT{base: tr, auth: auth, origin: origin},
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return errors.New("the connector's server answered with a redirect, which is not followed")
 		},
@@ -221,18 +259,27 @@ func httpClient(policy *addrpolicy.Policy, allow []string, auth *bearer) *http.C
 }
 
 type boundedRT struct {
-	base http.RoundTripper
-	auth *bearer
+	base   http.RoundTripper
+	auth   *bearer
+	origin string
 }
 
 func (rt *boundedRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	if tok := rt.auth.get(); tok != "" {
+	tok := rt.auth.get()
+	if tok != "" && rt.origin != "" && originOf(r.URL.String()) == rt.origin {
 		r = r.Clone(r.Context())
 		r.Header.Set("Authorization", "Bearer "+tok)
+	} else if r.Header.Get("Authorization") != "" {
+		r = r.Clone(r.Context())
+		r.Header.Del("Authorization") // nothing else may carry one
+		tok = ""
 	}
 	resp, err := rt.base.RoundTrip(r)
 	if err != nil {
 		return nil, err
+	}
+	if tok != "" && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
+		rt.auth.noteRefused()
 	}
 	resp.Body = &limitedBody{rc: resp.Body, n: maxResponseBytes}
 	return resp, nil

@@ -80,7 +80,7 @@ func TestStdioInSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap, err := h.List(t.Context(), "bank", spec)
+			snap, err := h.List(t.Context(), "bank", "", spec)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -188,8 +188,10 @@ type sealed struct {
 	Version   int    `json:"v"`
 	Tenant    string `json:"tenant"`
 	Connector string `json:"connector"`
-	Nonce     []byte `json:"nonce"`
-	Sealed    []byte `json:"sealed"`
+	// User is set for a user's secret (UserStore), empty for a tenant's.
+	User   string `json:"user,omitempty"`
+	Nonce  []byte `json:"nonce"`
+	Sealed []byte `json:"sealed"`
 }
 
 func (s *FileStore) path(tenant, connector string) string {
@@ -197,8 +199,13 @@ func (s *FileStore) path(tenant, connector string) string {
 	return filepath.Join(s.dir, hex.EncodeToString(sum[:16])+".sealed")
 }
 
-func aad(tenant, connector string) []byte {
-	return []byte("agentplane-secret-v1\x00" + tenant + "\x00" + connector)
+// aad binds a sealed value to its owner: a file copied to another name
+// does not open.
+func (rec sealed) aad() []byte {
+	if rec.User != "" {
+		return []byte("agentplane-user-secret-v1\x00" + rec.Tenant + "\x00" + rec.User + "\x00" + rec.Connector)
+	}
+	return []byte("agentplane-secret-v1\x00" + rec.Tenant + "\x00" + rec.Connector)
 }
 
 // Put implements Store.
@@ -209,24 +216,30 @@ func (s *FileStore) Put(_ context.Context, tenant, connector string, value []byt
 	if len(value) < MinSecretBytes || len(value) > 64<<10 {
 		return fmt.Errorf("secrets: a secret must be %d bytes to 64 KiB", MinSecretBytes)
 	}
+	return s.seal(s.dir, s.path(tenant, connector), sealed{Tenant: tenant, Connector: connector}, value)
+}
+
+// seal writes value sealed under the record's names (bound as additional
+// data) to path, through a temporary file in dir renamed into place.
+func (s *FileStore) seal(dir, path string, rec sealed, value []byte) error {
 	aead, err := s.cipher(true)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
 	nonce := make([]byte, aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		return err
 	}
-	rec := sealed{Version: 1, Tenant: tenant, Connector: connector, Nonce: nonce,
-		Sealed: aead.Seal(nil, nonce, value, aad(tenant, connector))}
+	rec.Version, rec.Nonce = 1, nonce
+	rec.Sealed = aead.Seal(nil, nonce, value, rec.aad())
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(s.dir, ".tmp-*")
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
@@ -235,7 +248,7 @@ func (s *FileStore) Put(_ context.Context, tenant, connector string, value []byt
 	if err := errors.Join(werr, tmp.Sync(), tmp.Close()); err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), s.path(tenant, connector)); err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("secrets: %w", err)
 	}
 	return nil
@@ -255,26 +268,36 @@ func (s *FileStore) read(path string) (*sealed, error) {
 
 // Get implements Store.
 func (s *FileStore) Get(_ context.Context, tenant, connector string) ([]byte, error) {
-	rec, err := s.read(s.path(tenant, connector))
+	return s.open(s.path(tenant, connector), sealed{Tenant: tenant, Connector: connector})
+}
+
+// open reads the sealed file at path and opens it, refusing a file that
+// names anything but want's tenant, user and connector.
+func (s *FileStore) open(path string, want sealed) ([]byte, error) {
+	what := fmt.Sprintf("tenant %s, connector %s", want.Tenant, want.Connector)
+	if want.User != "" {
+		what = fmt.Sprintf("tenant %s, user %s, connector %s", want.Tenant, want.User, want.Connector)
+	}
+	rec, err := s.read(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("secrets: tenant %s, connector %s: %w", tenant, connector, ErrNotFound)
+		return nil, fmt.Errorf("secrets: %s: %w", what, ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if rec.Tenant != tenant || rec.Connector != connector {
-		return nil, fmt.Errorf("secrets: tenant %s, connector %s: the sealed file names %s/%s", tenant, connector, rec.Tenant, rec.Connector)
+	if rec.Tenant != want.Tenant || rec.Connector != want.Connector || rec.User != want.User {
+		return nil, fmt.Errorf("secrets: %s: the sealed file names another owner", what)
 	}
 	aead, err := s.cipher(false)
 	if err != nil {
 		return nil, err
 	}
 	if aead == nil {
-		return nil, fmt.Errorf("secrets: tenant %s, connector %s: a sealed secret exists but there is no key to open it (set %s)", tenant, connector, KeyEnv)
+		return nil, fmt.Errorf("secrets: %s: a sealed secret exists but there is no key to open it (set %s)", what, KeyEnv)
 	}
-	v, err := aead.Open(nil, rec.Nonce, rec.Sealed, aad(tenant, connector))
+	v, err := aead.Open(nil, rec.Nonce, rec.Sealed, want.aad())
 	if err != nil {
-		return nil, fmt.Errorf("secrets: tenant %s, connector %s: does not open with this key (wrong key, or the file was tampered with)", tenant, connector)
+		return nil, fmt.Errorf("secrets: %s: does not open with this key (wrong key, or the file was tampered with)", what)
 	}
 	return v, nil
 }
@@ -306,7 +329,7 @@ func (s *FileStore) List(_ context.Context, tenant string) ([]string, error) {
 		if err != nil {
 			continue
 		}
-		if rec.Tenant == tenant {
+		if rec.Tenant == tenant && rec.User == "" {
 			out = append(out, rec.Connector)
 		}
 	}
@@ -314,14 +337,17 @@ func (s *FileStore) List(_ context.Context, tenant string) ([]string, error) {
 	return out, nil
 }
 
-// Memory is an in-memory Store for tests.
+// Memory is an in-memory Store (and UserStore) for tests.
 type Memory struct {
-	m map[[2]string][]byte
+	m     map[[2]string][]byte
+	mu    sync.Mutex
+	users map[[3]string][]byte
 }
 
 // NewMemory returns an empty in-memory store. It is not safe for
-// concurrent writes; fill it before use.
-func NewMemory() *Memory { return &Memory{m: map[[2]string][]byte{}} }
+// concurrent writes of tenant secrets; fill those before use. User
+// secrets may be written concurrently.
+func NewMemory() *Memory { return &Memory{m: map[[2]string][]byte{}, users: map[[3]string][]byte{}} }
 
 // Get implements Store.
 func (m *Memory) Get(_ context.Context, tenant, connector string) ([]byte, error) {

@@ -181,3 +181,69 @@ func TestIssueAndVerify(t *testing.T) {
 		t.Errorf("TTL not capped: %v", long.ExpiresAt)
 	}
 }
+
+func TestUserSecrets(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	s, err := secrets.OpenFileStore(secrets.FileOptions{Dir: dir, Getenv: func(string) string { return key }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := []byte(`{"access_token":"at_alice_crm_0123456789"}`)
+	if err := s.PutUser(ctx, "bank", "alice", "crm", grant); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutUser(ctx, "bank", "bob", "crm", []byte(`{"access_token":"at_bob"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetUser(ctx, "bank", "alice", "crm"); err != nil || !bytes.Equal(got, grant) {
+		t.Fatalf("GetUser = %q, %v", got, err)
+	}
+	for _, k := range [][3]string{{"bank", "carol", "crm"}, {"bank", "alice", "mail"}, {"hospital", "alice", "crm"}} {
+		if _, err := s.GetUser(ctx, k[0], k[1], k[2]); !errors.Is(err, secrets.ErrNotFound) {
+			t.Errorf("GetUser%v: %v", k, err)
+		}
+	}
+	// A user's secret is not a tenant's: List and Get do not see it.
+	if names, err := s.List(ctx, "bank"); err != nil || len(names) != 0 {
+		t.Errorf("List = %v, %v", names, err)
+	}
+	if _, err := s.Get(ctx, "bank", "crm"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Errorf("Get of a user's connector: %v", err)
+	}
+	// Sealed, and bound to its user: alice's file copied over bob's does not open as bob's.
+	files, _ := filepath.Glob(filepath.Join(dir, "users", "*.sealed"))
+	if len(files) != 2 {
+		t.Fatalf("%d user files", len(files))
+	}
+	var alice, bob string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if bytes.Contains(b, []byte("at_alice")) || bytes.Contains(b, []byte("at_bob")) {
+			t.Errorf("%s holds a token in plaintext", f)
+		}
+		if bytes.Contains(b, []byte(`"user":"alice"`)) {
+			alice = f
+		} else {
+			bob = f
+		}
+	}
+	b, _ := os.ReadFile(alice)
+	forged := bytes.Replace(b, []byte(`"user":"alice"`), []byte(`"user":"bob"`), 1)
+	if err := os.WriteFile(bob, forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetUser(ctx, "bank", "bob", "crm"); err == nil || !strings.Contains(err.Error(), "does not open") {
+		t.Errorf("alice's sealed grant renamed to bob: %v", err)
+	}
+	if err := s.DeleteUser(ctx, "bank", "alice", "crm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteUser(ctx, "bank", "alice", "crm"); !errors.Is(err, secrets.ErrNotFound) {
+		t.Errorf("second delete: %v", err)
+	}
+	if err := s.PutUser(ctx, "bank", "a/b", "crm", grant); err == nil {
+		t.Error("a user name with a slash was accepted")
+	}
+}

@@ -118,6 +118,7 @@ Usage:
   agentplane tools apply -f FILE|DIR               load and store tool manifests
   agentplane tools list
   agentplane connectors add -f FILE --overlays F   register an MCP server; diff NAME, review NAME --as USER, list, show, remove
+  agentplane connectors connect NAME --as USER     connect a user's own account to an oauth connector (prints the link)
   agentplane run AGENT --task TEXT [--user U]      run an agent in-process and stream its timeline
   agentplane runs                                  list runs with status, steps, tokens and cost
   agentplane runs RUN|last                         one run: its status, usage and its whole output
@@ -226,7 +227,7 @@ var usageLines = map[string]string{
 	"mcp serve":    "agentplane mcp serve --stdio [--token-file FILE] [--workers N] [--config api.yaml] [--store postgres://...] [--engine temporal://...] [--models FILE]",
 	"tenants":      "agentplane tenants show TENANT | set TENANT [--link-domains D1,D2] [--require-alias=true|false]",
 	"tools":        "agentplane tools apply -f FILE|DIR | list",
-	"connectors":   "agentplane connectors add -f CONNECTOR.yaml --overlays OVERLAYS.yaml | list | show NAME | diff NAME | review NAME --as USER [--hash H] [--overlays F] | remove NAME [--tenant T] [--json]",
+	"connectors":   "agentplane connectors add -f CONNECTOR.yaml --overlays OVERLAYS.yaml | list | show NAME | diff NAME | review NAME --as USER [--hash H] [--overlays F] | remove NAME | connect NAME --as USER [--listen 127.0.0.1:PORT] [--wait D] | disconnect NAME --as USER [--tenant T] [--json]",
 	"trace":        "agentplane trace [verify] RUN|last [--full] [--json] | trace export RUN [RUN...] --otlp URL",
 	"trace export": "agentplane trace export RUN [RUN...] --otlp URL",
 	"users":        "agentplane users set TENANT USER --scopes S1,S2 [--groups G1,G2] [--bind ARG=VALUE,...] | list [TENANT] | delete TENANT USER | secret ...",

@@ -1,11 +1,16 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/mcphost"
@@ -44,14 +49,16 @@ func (c *command) connectors(args []string) error {
 	tenant := fs.String("tenant", "default", "the connector's tenant")
 	file := fs.String("f", "", "connectors add: the connector definition (YAML)")
 	overlays := fs.String("overlays", "", "the tools' manifest overlays (YAML documents); add: required, review: replaces the stored ones")
-	as := fs.String("as", "", "connectors review: the reviewer")
+	as := fs.String("as", "", "connectors review: the reviewer; diff: the user whose account lists an oauth server; connect, disconnect: whose account")
+	listen := fs.String("listen", "127.0.0.1:0", "connectors connect: the loopback address that receives the authorization server's answer")
+	wait := fs.Duration("wait", 5*time.Minute, "connectors connect: how long to wait for the answer")
 	hash := fs.String("hash", "", "connectors review: approve only if the server still lists the snapshot with this hash (from connectors diff)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
 	}
-	needName := map[string]bool{"show": true, "review": true, "diff": true, "remove": true}
+	needName := map[string]bool{"show": true, "review": true, "diff": true, "remove": true, "connect": true, "disconnect": true}
 	switch {
 	case needName[sub] && len(pos) != 1, !needName[sub] && len(pos) != 0:
 		return usage
@@ -112,7 +119,7 @@ func (c *command) connectors(args []string) error {
 		c.showConnector(v)
 		return nil
 	case "diff":
-		changes, live, err := p.DiffConnector(c.ctx, *tenant, pos[0])
+		changes, live, err := p.DiffConnector(c.ctx, *tenant, pos[0], *as)
 		if err != nil {
 			return err
 		}
@@ -153,6 +160,20 @@ func (c *command) connectors(args []string) error {
 			fmt.Fprintf(c.out, "  %s (%s on the server): tier %d, side effects %s\n", m.Name, m.MCP.Tool, m.Tier, m.SideEffects)
 		}
 		return nil
+	case "connect":
+		if *as == "" {
+			return exitCode{2, "connectors connect: --as USER is required: the account connected is that user's"}
+		}
+		return c.connectAccount(p, *tenant, *as, pos[0], *listen, *wait)
+	case "disconnect":
+		if *as == "" {
+			return exitCode{2, "connectors disconnect: --as USER is required"}
+		}
+		if err := p.DisconnectAccount(c.ctx, *tenant, *as, pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "user %s's account at connector %s is disconnected; its token is deleted\n", *as, pos[0])
+		return nil
 	case "remove":
 		if err := p.RemoveConnector(c.ctx, *tenant, pos[0]); err != nil {
 			return err
@@ -161,6 +182,77 @@ func (c *command) connectors(args []string) error {
 		return nil
 	}
 	return usage
+}
+
+// connectAccount runs the authorization-code flow for user at an oauth
+// connector: it listens on loopback for the authorization server's
+// answer, prints the link to open, and stores the token once the answer
+// comes back for the flow it started (the state is bound to the user).
+func (c *command) connectAccount(p *platform.Platform, tenant, user, name, listen string, wait time.Duration) error {
+	host, _, err := net.SplitHostPort(listen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		return exitCode{2, fmt.Sprintf("connectors connect: --listen %q must be a loopback IP address and port", listen)}
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("connectors connect: listen for the answer: %w", err)
+	}
+	defer ln.Close()
+	path := "/v1/connectors/" + name + "/oauth/callback"
+	authURL, err := p.ConnectAccount(c.ctx, tenant, user, name, "http://"+ln.Addr().String()+path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.out, "open this link to connect %s's account at connector %s (waiting up to %s):\n%s\n", user, name, wait, authURL)
+	done := make(chan error, 1)
+	var once sync.Once
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path || r.Method != http.MethodGet {
+			http.NotFound(w, r)
+			return
+		}
+		q := r.URL.Query()
+		handled := false
+		once.Do(func() {
+			handled = true
+			err := p.FinishConnect(c.ctx, tenant, user, name, mcphost.Callback{State: q.Get("state"), Code: q.Get("code"), Iss: q.Get("iss"), Error: q.Get("error")})
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprintln(w, "agentplane could not connect your account:", err)
+			} else {
+				fmt.Fprintf(w, "agentplane: %s's account at connector %s is connected; you may close this page.\n", user, name)
+			}
+			if f, ok := w.(http.Flusher); ok {
+				f.Flush()
+			}
+			done <- err
+		})
+		if !handled {
+			http.Error(w, "this connection attempt is already finished", http.StatusGone)
+		}
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		// Let the browser's page finish, within a bound.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "connected: user %s's token for connector %s is stored sealed\n", user, name)
+		return nil
+	case <-time.After(wait):
+		return fmt.Errorf("connectors connect: no answer from the authorization server within %s; run it again", wait)
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
 }
 
 func (c *command) printJSON(v any) error {

@@ -205,7 +205,7 @@ func (d *demoMCP) register(c *command, p *platform.Platform, files fs.FS, fdir, 
 		if err != nil {
 			return fmt.Errorf("connector %s: %w", name, err)
 		}
-		_, live, err := p.DiffConnector(c.ctx, d.tenant, name)
+		_, live, err := p.DiffConnector(c.ctx, d.tenant, name, reviewer)
 		if err != nil {
 			return fmt.Errorf("connector %s: %w", name, err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/addrpolicy"
 	"github.com/agentplane/agentplane/mcphost"
+	"github.com/agentplane/agentplane/secrets"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/tool"
 )
@@ -39,10 +40,58 @@ func (p *Platform) openMCP(o Options) error {
 	if o.MCP.Launcher == nil && p.Sandboxes != nil {
 		o.MCP.Launcher = &mcphost.SandboxLauncher{Manager: p.Sandboxes.Manager, Folder: o.MCP.Servers, State: o.MCP.State}
 	}
+	policy := &addrpolicy.Policy{Loopback: o.MCP.AllowLoopback}
+	if us, ok := p.Secrets.(secrets.UserStore); ok {
+		// Users' OAuth tokens are sealed beside the tenants' secrets.
+		var err error
+		if p.oauth, err = mcphost.NewOAuth(mcphost.OAuthOptions{Store: us, Policy: policy, Clock: o.Clock}); err != nil {
+			return err
+		}
+	}
 	var err error
-	p.MCP, err = mcphost.New(mcphost.Options{Registry: p.connectors, Policy: &addrpolicy.Policy{Loopback: o.MCP.AllowLoopback},
+	p.MCP, err = mcphost.New(mcphost.Options{Registry: p.connectors, Policy: policy, OAuth: p.oauth,
 		Launcher: o.MCP.Launcher, IdleTimeout: o.MCP.IdleTimeout, Logger: o.Logger, Clock: o.Clock})
 	return err
+}
+
+// ConnectAccount begins connecting user's own account to an oauth
+// connector of the tenant: it returns the authorization server's URL for
+// the user to open. The authorization server sends the browser to
+// redirectURI with the code and state FinishConnect takes, as the same
+// user.
+func (p *Platform) ConnectAccount(ctx context.Context, tenant, user, name, redirectURI string) (string, error) {
+	v, err := p.GetConnector(ctx, tenant, name)
+	if err != nil {
+		return "", err
+	}
+	if p.oauth == nil {
+		return "", errors.New("connect account: the secrets store keeps no per-user secrets, so OAuth tokens cannot be held")
+	}
+	return p.oauth.Start(ctx, tenant, user, v.Spec, redirectURI)
+}
+
+// DisconnectAccount deletes user's token for a connector of the tenant.
+func (p *Platform) DisconnectAccount(ctx context.Context, tenant, user, name string) error {
+	if _, err := p.GetConnector(ctx, tenant, name); err != nil {
+		return err
+	}
+	if p.oauth == nil {
+		return errors.New("disconnect account: the secrets store keeps no per-user secrets")
+	}
+	return p.oauth.Disconnect(ctx, tenant, user, name)
+}
+
+// FinishConnect completes ConnectAccount for the same user with the
+// authorization server's answer; the token is stored sealed.
+func (p *Platform) FinishConnect(ctx context.Context, tenant, user, name string, cb mcphost.Callback) error {
+	v, err := p.GetConnector(ctx, tenant, name)
+	if err != nil {
+		return err
+	}
+	if p.oauth == nil {
+		return errors.New("connect account: the secrets store keeps no per-user secrets, so OAuth tokens cannot be held")
+	}
+	return p.oauth.Finish(ctx, tenant, user, v.Spec, cb)
 }
 
 // connectorRegistry is mcphost.Registry over the store: a stored
@@ -183,13 +232,14 @@ func (p *Platform) view(rec *store.Connector) (*ConnectorView, error) {
 
 // DiffConnector lists the connector's server now and compares it with the
 // reviewed snapshot. The live snapshot is returned with its hash, which a
-// review may require (so what is approved is what was shown).
-func (p *Platform) DiffConnector(ctx context.Context, tenant, name string) ([]mcphost.Change, *mcphost.Snapshot, error) {
+// review may require (so what is approved is what was shown). A per-user
+// OAuth server is listed as user, with their connected account.
+func (p *Platform) DiffConnector(ctx context.Context, tenant, name, user string) ([]mcphost.Change, *mcphost.Snapshot, error) {
 	v, err := p.GetConnector(ctx, tenant, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	live, err := p.MCP.List(ctx, tenant, v.Spec)
+	live, err := p.MCP.List(ctx, tenant, user, v.Spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -208,7 +258,8 @@ type ReviewRequest struct {
 	ExpectHash string
 }
 
-// ReviewConnector lists the server, checks every tool has an overlay and
+// ReviewConnector lists the server (a per-user OAuth server as the
+// reviewer, with their connected account), checks every tool has an overlay and
 // builds its manifest, then pins the listing as the reviewed snapshot and
 // stores the manifests, so agents can be granted them by connector. A tool
 // name held by a tool of another source is refused.
@@ -232,7 +283,7 @@ func (p *Platform) ReviewConnector(ctx context.Context, r ReviewRequest) (*Conne
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConnectorReview, err)
 	}
-	live, err := p.MCP.List(ctx, r.Tenant, spec)
+	live, err := p.MCP.List(ctx, r.Tenant, r.Reviewer, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -240,6 +291,9 @@ func (p *Platform) ReviewConnector(ctx context.Context, r ReviewRequest) (*Conne
 		return nil, fmt.Errorf("%w: the server's tools changed since the snapshot %s was shown (now %s); look at connectors diff again", ErrConnectorReview, r.ExpectHash, live.Hash())
 	}
 	ms, err := mcphost.Manifests(r.Name, live, ov)
+	if err == nil {
+		err = mcphost.CheckAuth(spec, ms)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConnectorReview, err)
 	}
@@ -299,10 +353,16 @@ func (p *Platform) offerable(ctx context.Context, ms []*tool.Manifest) []*tool.M
 		name := m.Connector
 		if _, seen := quarantine[name]; !seen && !failed[name] {
 			q, err := p.MCP.Quarantine(ctx, name)
-			if err != nil {
+			switch {
+			case errors.Is(err, mcphost.ErrPerUser):
+				// Listed only as a user: the reviewed descriptions are
+				// offered, and each run's own session (as its user)
+				// refuses a quarantined tool before calling it.
+				quarantine[name] = nil
+			case err != nil:
 				p.log.Warn("connector unavailable: its tools are not offered", "connector", name, "err", err)
 				failed[name] = true
-			} else {
+			default:
 				quarantine[name] = q
 				for tool, why := range q {
 					p.log.Warn("MCP tool quarantined: not offered", "connector", name, "tool", tool, "why", why)

@@ -166,7 +166,7 @@ func TestMCPConnectorRunTraceReplay(t *testing.T) {
 	if err := applyNotesAgent(t, p, dir); err == nil || !strings.Contains(err.Error(), `connector "notes"`) {
 		t.Fatalf("apply before review: %v", err)
 	}
-	_, live, err := p.DiffConnector(ctx, "bank", "notes")
+	_, live, err := p.DiffConnector(ctx, "bank", "notes", "priya")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestMCPQuarantineNeverOffered(t *testing.T) {
 	}
 
 	// diff shows the change; a review approves it and the tool returns.
-	changes, _, err := p.DiffConnector(ctx, "bank", "notes")
+	changes, _, err := p.DiffConnector(ctx, "bank", "notes", "priya")
 	if err != nil || len(changes) != 1 || changes[0].Tool != "get-balance" || changes[0].Fields[0] != "description" {
 		t.Fatalf("diff = %+v, %v", changes, err)
 	}

@@ -134,6 +134,7 @@ type Platform struct {
 	// MCP is the MCP host: the connectors' servers, one session per run.
 	MCP        *mcphost.Host
 	connectors *connectorRegistry
+	oauth      *mcphost.OAuth // users' tokens for oauth connectors (nil: the secrets store keeps no per-user secrets)
 	// Telemetry derives metrics and live spans from appended events.
 	Telemetry *Telemetry
 	log       *slog.Logger
@@ -245,7 +246,7 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 		return fail(err)
 	}
 	p.Broker, err = broker.New(broker.Options{Catalog: p.Catalog, Logger: o.Logger, Clock: o.Clock, Executors: execs, Remote: p.MCP,
-		Directory: p.Principals, Policies: pc.get, Credentials: &secrets.Broker{Store: p.Secrets, Clock: o.Clock},
+		Directory: p.Principals, Policies: pc.get, Credentials: &mcphost.Credentials{Service: &secrets.Broker{Store: p.Secrets, Clock: o.Clock}, OAuth: p.oauth, Registry: p.connectors},
 		Rates: p.Store})
 	if err != nil {
 		return fail(err)
