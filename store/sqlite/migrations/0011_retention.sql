@@ -1,6 +1,6 @@
 -- Retention and erasure (docs/design/retention.md).
 -- blob_keys: the data key of each blob a tenant stored sealed (package
--- store/blobcrypt), wrapped by the tenant's key; wrapped is NULL once the
+-- store/blobcrypt), wrapped by the tenant key, and wrapped is NULL once the
 -- key is destroyed (reason: expired or erased). A tombstone (object empty)
 -- records a removed legacy blob.
 CREATE TABLE blob_keys (
