@@ -110,7 +110,7 @@ type RetentionStore interface {
 	// EraseRun replaces the payload of each of the run's events by
 	// scrub(event) (the events keep their seq, type, step, time and
 	// hashes), clears the run's task and result, deletes its pending
-	// signals, and stores e, all in one transaction. The run must be
+	// signals and its prompt hashes, and stores e, all in one transaction. The run must be
 	// terminal (ErrConflict otherwise).
 	EraseRun(ctx context.Context, e *Erasure, scrub func(*Event) []byte) error
 	// Erasures lists a run's erasure records, oldest first.

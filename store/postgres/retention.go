@@ -149,6 +149,7 @@ func (s *Store) EraseRun(ctx context.Context, e *store.Erasure, scrub func(*stor
 		e.Events = len(evs)
 		b.Queue("UPDATE runs SET task = '', result = '' WHERE id = $1", e.RunID)
 		b.Queue("DELETE FROM signals WHERE run_id = $1", e.RunID)
+		b.Queue("DELETE FROM run_prompt_hashes WHERE run_id = $1", e.RunID)
 		b.Queue(`UPDATE webhook_deliveries SET payload = '\x7b7d' WHERE run_id = $1`, e.RunID)
 		b.Queue(`INSERT INTO erasures(id, tenant, run_id, user_id, requested_by, reason, at, events, blobs) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)`,
 			e.ID, e.Tenant, e.RunID, e.User, e.RequestedBy, e.Reason, micros(e.At), e.Events, e.Blobs)

@@ -181,6 +181,7 @@ func (s *Store) EraseRun(ctx context.Context, e *store.Erasure, scrub func(*stor
 	for _, q := range []string{
 		"UPDATE runs SET task = '', result = '' WHERE id = ?",
 		"DELETE FROM signals WHERE run_id = ?",
+		"DELETE FROM run_prompt_hashes WHERE run_id = ?",
 		"UPDATE webhook_deliveries SET payload = x'7b7d' WHERE run_id = ?",
 	} {
 		if _, err := tx.ExecContext(ctx, q, e.RunID); err != nil {
