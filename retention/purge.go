@@ -180,6 +180,30 @@ func (m *removal) run(ctx context.Context, runID string, rep *Report) (removed i
 	return removed, nil
 }
 
+// Every starts a purge now and then every interval until ctx ends, and
+// hands each pass's report (or error) to done. It returns at once; the
+// passes run in a goroutine that ends with ctx.
+func Every(ctx context.Context, interval time.Duration, o Options, done func(*Report, error)) {
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			pass := o
+			pass.Now = time.Time{} // each pass at its own time
+			rep, err := Purge(ctx, pass)
+			if ctx.Err() != nil {
+				return
+			}
+			done(rep, err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
 // Purge applies every tenant's policy: the payloads of ended runs past
 // their payload TTL are removed (blobs another run keeps stay), and runs
 // past their metadata TTL are deleted with their logs. It stops at the
@@ -254,7 +278,8 @@ func purgeTenant(ctx context.Context, o Options, tenant string, p Policy, total 
 		}
 		if decisions[r.ID].Delete {
 			if !o.DryRun {
-				if err := o.Store.DeleteRun(ctx, r.ID); err != nil {
+				// Another process's purge may have deleted it first.
+				if err := o.Store.DeleteRun(ctx, r.ID); err != nil && !errors.Is(err, store.ErrNotFound) {
 					return err
 				}
 			}

@@ -364,7 +364,7 @@ func Prompts(ctx context.Context, src Source, evs []store.Event, fn func(ev *sto
 	if _, removed := RemovedNote(err); err != nil && !removed {
 		return fmt.Errorf("tool definitions: %w", err)
 	}
-	if err == nil {
+	if err == nil && ErasureOf(&evs[0]) == "" {
 		if err := json.Unmarshal(defsJSON, &defs); err != nil {
 			return err
 		}

@@ -92,6 +92,9 @@ type Options struct {
 	// Telemetry configures the live span export and the metrics derived
 	// from the events the platform's engine appends.
 	Telemetry TelemetryOptions
+	// Getenv reads the environment (the blob master key; os.Getenv when
+	// nil).
+	Getenv func(string) string
 }
 
 // Platform is a running agentplane instance.
@@ -145,17 +148,41 @@ type Store interface {
 	store.TenantStore
 	store.ConnectorStore
 	store.SessionStore
+	store.RetentionStore
+}
+
+// BlobKeyEnv names the environment variable holding the master key blobs
+// are sealed under (32 bytes, base64 or hex). Without it the key is
+// DATA/blob.key, created on first use; every process sharing a
+// PostgreSQL store must be given the same key (a store refuses another).
+// Keep it out of the backups of the blob store (docs/design/retention.md).
+const BlobKeyEnv = "AGENTPLANE_BLOB_KEY"
+
+// BlobKey returns the platform's blob master key (BlobKeyEnv, else
+// dataDir/blob.key, created when missing). getenv nil is os.Getenv.
+func BlobKey(dataDir string, getenv func(string) string) ([]byte, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	k, err := secrets.LoadKey(getenv, BlobKeyEnv, filepath.Join(dataDir, "blob.key"))
+	if err != nil {
+		return nil, fmt.Errorf("blob master key: %w (set %s to 32 bytes as base64 or hex)", err, BlobKeyEnv)
+	}
+	return k, nil
 }
 
 // OpenStore opens the run store named by spec: "" is the embedded SQLite
 // store in dataDir, postgres://... (or postgresql://...) a PostgreSQL
 // database shared by any number of processes.
-func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, log *slog.Logger) (Store, error) {
+//
+// Blobs are sealed under blobKey (package store/blobcrypt: BlobKey gives
+// the platform's).
+func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, blobKey []byte, log *slog.Logger) (Store, error) {
 	switch {
 	case spec == "":
-		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs})
+		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs, BlobKey: blobKey})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
+		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs, BlobKey: blobKey})
 	}
 	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
 }
@@ -180,7 +207,11 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 			return nil, err
 		}
 	}
-	st, err := OpenStore(ctx, o.Store, o.DataDir, blobs, o.Logger)
+	blobKey, err := BlobKey(o.DataDir, o.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(ctx, o.Store, o.DataDir, blobs, blobKey, o.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func OutputFlags(pol *render.Policy, evs []store.Event) render.Flags {
 		switch evs[i].Type {
 		case trace.EvModelCall:
 			var mc trace.ModelCall
-			if json.Unmarshal(evs[i].Payload, &mc) == nil {
+			if json.Unmarshal(evs[i].Payload, &mc) == nil && mc.Response != nil {
 				add(mc.Response.Text())
 			}
 		case trace.EvRunCompleted, trace.EvRunFailed:
