@@ -422,7 +422,7 @@ func (c *command) trace(args []string) error {
 	}
 	run, err := p.Store.GetRun(c.ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("run %s: no such run: it never existed, or it was deleted past its tenant's metadata_ttl (a deleted run leaves no log to show or verify)", runID)
+		return fmt.Errorf("run %s: not found: it never existed, or it was deleted past its tenant's metadata_ttl (a deleted run leaves no log to show or verify)", runID)
 	}
 	if err != nil {
 		return err

@@ -153,18 +153,25 @@ type Store interface {
 
 // BlobKeyEnv names the environment variable holding the master key blobs
 // are sealed under (32 bytes, base64 or hex). Without it the key is
-// DATA/blob.key, created on first use; every process sharing a
-// PostgreSQL store must be given the same key (a store refuses another).
-// Keep it out of the backups of the blob store (docs/design/retention.md).
+// DATA/blob.key: created on first use for the embedded store; for a
+// PostgreSQL store, read when present, else the database keeps the key
+// (every process sharing a store must seal with the same key, and a store
+// refuses another). Keep it out of the backups of the blob store
+// (docs/design/retention.md).
 const BlobKeyEnv = "AGENTPLANE_BLOB_KEY"
 
 // BlobKey returns the platform's blob master key (BlobKeyEnv, else
-// dataDir/blob.key, created when missing). getenv nil is os.Getenv.
-func BlobKey(dataDir string, getenv func(string) string) ([]byte, error) {
+// dataDir/blob.key, created when missing if create is set; nil when it is
+// not and there is none). getenv nil is os.Getenv.
+func BlobKey(dataDir string, getenv func(string) string, create bool) ([]byte, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	k, err := secrets.LoadKey(getenv, BlobKeyEnv, filepath.Join(dataDir, "blob.key"))
+	path := filepath.Join(dataDir, "blob.key")
+	if _, err := os.Stat(path); !create && getenv(BlobKeyEnv) == "" && errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	k, err := secrets.LoadKey(getenv, BlobKeyEnv, path)
 	if err != nil {
 		return nil, fmt.Errorf("blob master key: %w (set %s to 32 bytes as base64 or hex)", err, BlobKeyEnv)
 	}
@@ -176,13 +183,14 @@ func BlobKey(dataDir string, getenv func(string) string) ([]byte, error) {
 // database shared by any number of processes.
 //
 // Blobs are sealed under blobKey (package store/blobcrypt: BlobKey gives
-// the platform's).
+// the platform's); a PostgreSQL store given none keeps one in the
+// database, shared by every process.
 func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, blobKey []byte, log *slog.Logger) (Store, error) {
 	switch {
 	case spec == "":
 		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs, BlobKey: blobKey})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs, BlobKey: blobKey})
+		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs, BlobKey: blobKey, StoredBlobKey: blobKey == nil})
 	}
 	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
 }
@@ -207,7 +215,7 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 			return nil, err
 		}
 	}
-	blobKey, err := BlobKey(o.DataDir, o.Getenv)
+	blobKey, err := BlobKey(o.DataDir, o.Getenv, o.Store == "")
 	if err != nil {
 		return nil, err
 	}

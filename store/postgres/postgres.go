@@ -62,6 +62,11 @@ type Options struct {
 	// store/blobcrypt); nil keeps blobs as plaintext. Every process
 	// sharing the database must give the same key: another is refused.
 	BlobKey []byte
+	// StoredBlobKey, without BlobKey, seals blobs under a master key kept
+	// in the database itself (created by the first process), so that
+	// processes given no key agree. BlobKey given outside is stronger: a
+	// database backup then holds no key that opens the blob store's.
+	StoredBlobKey bool
 }
 
 // Store implements store.Store, store.APIStore, store.PrincipalStore,
@@ -120,6 +125,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err := s.migrateTo(ctx, len(upSteps())); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres store %s: %w", Redact(o.DSN), err)
+	}
+	if o.BlobKey == nil && o.StoredBlobKey {
+		if o.BlobKey, err = s.storedBlobKey(ctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres store %s: blob master key: %w", Redact(o.DSN), err)
+		}
 	}
 	if o.BlobKey != nil {
 		if err := s.CheckBlobKey(ctx, blobcrypt.CheckValue(o.BlobKey)); err != nil {

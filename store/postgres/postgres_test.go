@@ -302,3 +302,31 @@ func TestBlobKeyMismatchRefused(t *testing.T) {
 		t.Fatalf("Open with another blob key: err = %v, want a refusal naming the key", err)
 	}
 }
+
+// TestStoredBlobKeyShared: processes given no key seal under the one the
+// first kept in the database, so each reads what the other sealed.
+func TestStoredBlobKeyShared(t *testing.T) {
+	dsn, d := pgtest.DSN(t), pgtest.Blobs(t)
+	a := openWith(t, Options{DSN: dsn, Blobs: d, StoredBlobKey: true})
+	b := openWith(t, Options{DSN: dsn, Blobs: d, StoredBlobKey: true})
+	sum, err := a.Blobs("acme").PutBlob(t.Context(), []byte("sealed by a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Blobs("acme").GetBlob(t.Context(), sum); err != nil || string(got) != "sealed by a" {
+		t.Fatalf("b reads a's blob: %q, %v", got, err)
+	}
+	if raw, err := d.Blobs("acme").GetBlob(t.Context(), a.sealed.Object(t.Context(), "acme", sum)); err != nil || strings.Contains(string(raw), "sealed by a") {
+		t.Fatalf("the blob folder holds %q (%v), want ciphertext", raw, err)
+	}
+}
+
+func openWith(t *testing.T, o Options) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

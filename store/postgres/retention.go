@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -98,6 +99,17 @@ func (s *Store) CheckBlobKey(ctx context.Context, check []byte) error {
 		return errors.New("the blob master key is not the one this database's blobs were sealed with: give every process the same key (AGENTPLANE_BLOB_KEY)")
 	}
 	return nil
+}
+
+// storedBlobKey returns the master key kept in the database, created by
+// the first caller.
+func (s *Store) storedBlobKey(ctx context.Context) ([]byte, error) {
+	k := make([]byte, 32)
+	rand.Read(k)
+	var v []byte
+	err := s.queryRow(ctx, `INSERT INTO blob_master_key(id, value) VALUES (1, $1)
+		ON CONFLICT (id) DO UPDATE SET value = blob_master_key.value RETURNING value`, k).Scan(&v)
+	return v, err
 }
 
 // MarkPayloadsRemoved implements store.RetentionStore.

@@ -38,3 +38,12 @@ CREATE TABLE blob_key_check (
   id    integer PRIMARY KEY CHECK (id = 1),
   value bytea NOT NULL
 );
+
+-- The blob master key, kept here only when no process was given one
+-- (AGENTPLANE_BLOB_KEY): then every process sharing the database seals
+-- with the same key. Giving the key outside keeps it out of database
+-- backups.
+CREATE TABLE blob_master_key (
+  id    integer PRIMARY KEY CHECK (id = 1),
+  value bytea NOT NULL
+);
