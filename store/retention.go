@@ -134,3 +134,39 @@ func CheckErasable(runID, status string, lastSeq int64, evs []Event) error {
 	}
 	return nil
 }
+
+// BlobKeyColumns are the columns both SQL stores keep a BlobKey in, in
+// the order ScanBlobKey reads them; times are microseconds since the
+// epoch, 0 for none, and object is empty for a legacy blob's tombstone.
+const BlobKeyColumns = "tenant, sum, size, wrapped, object, created_at, last_put, reason, removed_at"
+
+// ScanBlobKey reads a row of BlobKeyColumns with scan (a row's Scan).
+func ScanBlobKey(scan func(dest ...any) error) (*BlobKey, error) {
+	var (
+		k                           BlobKey
+		sum, object                 []byte
+		created, lastPut, removedAt int64
+	)
+	if err := scan(&k.Tenant, &sum, &k.Size, &k.Wrapped, &object, &created, &lastPut, &k.Reason, &removedAt); err != nil {
+		return nil, err
+	}
+	copy(k.Sum[:], sum)
+	copy(k.Object[:], object)
+	k.CreatedAt, k.LastPut, k.RemovedAt = fromMicros(created), fromMicros(lastPut), fromMicros(removedAt)
+	return &k, nil
+}
+
+// ObjectColumn is k.Object as stored: empty for none.
+func (k *BlobKey) ObjectColumn() []byte {
+	if k.Object == ([32]byte{}) {
+		return []byte{}
+	}
+	return k.Object[:]
+}
+
+func fromMicros(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(v).UTC()
+}

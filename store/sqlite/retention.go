@@ -13,29 +13,9 @@ import (
 
 var _ store.RetentionStore = (*Store)(nil)
 
-const blobKeyCols = "tenant, sum, size, wrapped, object, created_at, last_put, reason, removed_at"
+const blobKeyCols = store.BlobKeyColumns
 
-func scanBlobKey(sc scanner) (*store.BlobKey, error) {
-	var (
-		k                           store.BlobKey
-		sum, object                 []byte
-		created, lastPut, removedAt int64
-	)
-	if err := sc.Scan(&k.Tenant, &sum, &k.Size, &k.Wrapped, &object, &created, &lastPut, &k.Reason, &removedAt); err != nil {
-		return nil, err
-	}
-	copy(k.Sum[:], sum)
-	copy(k.Object[:], object)
-	k.CreatedAt, k.LastPut, k.RemovedAt = fromMicros(created), fromMicros(lastPut), fromMicros(removedAt)
-	return &k, nil
-}
-
-func objectBytes(o [32]byte) []byte {
-	if o == ([32]byte{}) {
-		return []byte{}
-	}
-	return o[:]
-}
+func scanBlobKey(sc scanner) (*store.BlobKey, error) { return store.ScanBlobKey(sc.Scan) }
 
 // PutBlobKey implements store.RetentionStore.
 func (s *Store) PutBlobKey(ctx context.Context, k *store.BlobKey) (*store.BlobKey, error) {
@@ -56,7 +36,7 @@ func (s *Store) PutBlobKey(ctx context.Context, k *store.BlobKey) (*store.BlobKe
 		  removed_at = CASE WHEN wrapped IS NULL THEN 0 ELSE removed_at END,
 		  wrapped = COALESCE(wrapped, excluded.wrapped),
 		  last_put = MAX(last_put, excluded.last_put)`,
-		k.Tenant, k.Sum[:], k.Size, k.Wrapped, objectBytes(k.Object), micros(k.CreatedAt), micros(k.LastPut)); err != nil {
+		k.Tenant, k.Sum[:], k.Size, k.Wrapped, k.ObjectColumn(), micros(k.CreatedAt), micros(k.LastPut)); err != nil {
 		return nil, classify(err)
 	}
 	got, err := scanBlobKey(tx.QueryRowContext(ctx, "SELECT "+blobKeyCols+" FROM blob_keys WHERE tenant = ? AND sum = ?", k.Tenant, k.Sum[:]))
