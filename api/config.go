@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/agentplane/agentplane/engine/temporal"
+	"github.com/agentplane/agentplane/retention"
 )
 
 // Config is the operator's configuration of the API: tenants' quotas and
@@ -26,6 +27,11 @@ import (
 //	    daily_cost: 5000 INR         # cost of runs created today (UTC)
 //	    monthly_cost: 100000 INR
 //	    weight: 2                    # share of background workers (default 1)
+//	    retention:                   # package retention; omitted: everything kept
+//	      payload_ttl: 30d
+//	      failed_payload_ttl: 180d
+//	      sample_rate: 0.05
+//	      metadata_ttl: 13mo
 //	issuers:
 //	  - issuer: https://login.example-bank.in
 //	    jwks_url: https://login.example-bank.in/.well-known/jwks.json
@@ -57,8 +63,12 @@ type TenantConfig struct {
 	DailyCost         string  `yaml:"daily_cost" json:"daily_cost"`
 	MonthlyCost       string  `yaml:"monthly_cost" json:"monthly_cost"`
 	Weight            float64 `yaml:"weight" json:"weight"`
+	// Retention is how long the tenant's runs and their payloads are
+	// kept (package retention; the zero value keeps everything).
+	Retention retention.Config `yaml:"retention" json:"retention"`
 
 	daily, monthly cap
+	retention      retention.Policy
 }
 
 // cap is a cost limit in micro-units of a currency; zero means none.
@@ -147,6 +157,9 @@ func (c *Config) validate() error {
 		if t.monthly, err = parseCap(t.MonthlyCost); err != nil {
 			errs = append(errs, fmt.Errorf("tenant %s: monthly_cost: %w", name, err))
 		}
+		if t.retention, err = t.Retention.Policy(); err != nil {
+			errs = append(errs, fmt.Errorf("tenant %s: retention: %w", name, err))
+		}
 		if t.MaxConcurrentRuns < 0 {
 			errs = append(errs, fmt.Errorf("tenant %s: max_concurrent_runs must not be negative", name))
 		}
@@ -179,6 +192,18 @@ func (c *Config) validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// RetentionPolicies returns the retention policy of every tenant that
+// configures one (what retention.Purge applies).
+func (c *Config) RetentionPolicies() map[string]retention.Policy {
+	out := map[string]retention.Policy{}
+	for name, t := range c.Tenants {
+		if t.retention != (retention.Policy{}) {
+			out[name] = t.retention
+		}
+	}
+	return out
 }
 
 // tenant returns a tenant's limits (the zero config: no caps, weight 1).

@@ -239,6 +239,7 @@ func TestTenantIsolation(t *testing.T) {
 			hides(t, f.do(priya, "GET", "/v1/webhook/deliveries", nil))
 		}},
 		"GET /v1/webhook/deliveries/{delivery_id}": {path: "/v1/webhook/deliveries/" + delivery, asA: notFound},
+		"POST /v1/erasures":                        {path: "/v1/erasures", body: map[string]any{"run_id": endedRun}, asA: notFound, control: http.StatusOK, admin: true},
 		"PUT /v1/tenant/settings": {path: "/v1/tenant/settings", body: map[string]any{"link_domains": []string{"a.example"}, "require_alias": true},
 			asA: func(t *testing.T, r *response) {
 				// Settings are always the caller's own tenant's; without
@@ -303,13 +304,13 @@ func TestTenantIsolation(t *testing.T) {
 	// Positive controls, after every negative: the same requests as tenant
 	// B reach B's objects, so the 404s above are not wrong paths. The cancel
 	// goes last: it ends the run the other controls use.
-	// The connector's removal goes last but one: the other connector
-	// controls need it.
+	// The connector's removal and the erasure of B's ended run go last but
+	// one: the other controls need the connector and the run's content.
 	last := func(rt api.Route) int {
 		switch {
 		case strings.HasSuffix(rt.Pattern, ":cancel"):
 			return 2
-		case rt.Method == "DELETE" && strings.HasPrefix(rt.Pattern, "/v1/connectors/"):
+		case rt.Method == "DELETE" && strings.HasPrefix(rt.Pattern, "/v1/connectors/"), rt.Pattern == "/v1/erasures":
 			return 1
 		}
 		return 0

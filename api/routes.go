@@ -54,6 +54,7 @@ func Routes() []Route {
 
 		{Method: "GET", Pattern: "/v1/tenant", Operation: "getTenant", Scope: ScopeRunsRead, handle: handleGetTenant},
 		{Method: "PUT", Pattern: "/v1/tenant/settings", Operation: "putTenantSettings", Scope: ScopeAdmin, handle: handlePutTenantSettings},
+		{Method: "POST", Pattern: "/v1/erasures", Operation: "eraseRuns", Scope: ScopeAdmin, handle: handleErase},
 	}
 }
 

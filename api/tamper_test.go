@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/sqlite"
 )
 
 // TestTamperedWaitingRunFailsClosed (issue 15, class 4), through the API
@@ -33,8 +35,14 @@ func TestTamperedWaitingRunFailsClosed(t *testing.T) {
 			mustExec(t, db, `UPDATE events SET hash = zeroblob(32) WHERE run_id = ? AND seq = 2`, runID)
 		}},
 		{"flipped blob byte", func(t *testing.T, f *fixture, db *sql.DB, runID string) {
-			h := runBlobs(t, f, runID)[0]
-			p := filepath.Join(f.dir, "blobs", bankTenant, h[:2], h[2:])
+			sum, err := hex.DecodeString(runBlobs(t, f, runID)[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := f.p.Store.(*sqlite.Store).BlobPath(bankTenant, [32]byte(sum)) // the sealed object
+			if p == "" {
+				t.Fatal("the fixture's blobs are not in a folder")
+			}
 			data, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)

@@ -19,6 +19,9 @@ type (
 	Limits            = apiclient.Limits
 	TenantUsage       = apiclient.TenantUsage
 	TenantSettings    = apiclient.TenantSettings
+	EraseRequest      = apiclient.EraseRequest
+	Erasure           = apiclient.Erasure
+	EraseResult       = apiclient.EraseResult
 	Run               = apiclient.Run
 	Usage             = apiclient.Usage
 	CreateRunRequest  = apiclient.CreateRunRequest

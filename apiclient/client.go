@@ -493,3 +493,10 @@ func doJSON[T any](ctx context.Context, c *Client, method, path string, body any
 	_, err := c.do(ctx, method, path, body, &out, nil)
 	return &out, err
 }
+
+// Erase erases one run, or every run of one user, of the caller's tenant
+// (scope tenant:admin): payload keys destroyed, event payloads replaced,
+// the hash chain kept verifiable.
+func (c *Client) Erase(ctx context.Context, req EraseRequest) (*EraseResult, error) {
+	return doJSON[EraseResult](ctx, c, "POST", "/v1/erasures", req)
+}

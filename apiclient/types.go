@@ -368,3 +368,33 @@ type ErrorBody struct {
 	Used       string `json:"used,omitempty"`
 	RetryAfter int64  `json:"retry_after_seconds,omitempty"`
 }
+
+// EraseRequest is the body of POST /v1/erasures (scope tenant:admin):
+// exactly one of RunID and User, of the caller's tenant.
+type EraseRequest struct {
+	RunID  string `json:"run_id,omitempty"`
+	User   string `json:"user,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Erasure is the record of one run's erasure.
+type Erasure struct {
+	ID          string    `json:"id"`
+	RunID       string    `json:"run_id"`
+	User        string    `json:"user,omitempty"`
+	RequestedBy string    `json:"requested_by"`
+	Reason      string    `json:"reason,omitempty"`
+	At          time.Time `json:"at"`
+	Events      int       `json:"events"`
+	Blobs       int       `json:"blobs"`
+}
+
+// EraseResult is the answer of POST /v1/erasures.
+type EraseResult struct {
+	Erasures []Erasure `json:"erasures"`
+	// BlobsRemoved payloads had their keys destroyed (Bytes in all);
+	// BlobsShared were kept because runs not erased hold the same content.
+	BlobsRemoved int   `json:"blobs_removed"`
+	Bytes        int64 `json:"bytes"`
+	BlobsShared  int   `json:"blobs_shared"`
+}

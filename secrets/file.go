@@ -169,6 +169,32 @@ func createKey(path string) ([]byte, error) {
 	return k, nil
 }
 
+// LoadKey returns a 32-byte key: the one in environment variable env
+// (base64 or hex) when set, else the one in the file at path, which is
+// created (0600, a fresh random key) when it does not exist. Another
+// process creating it at the same time wins, and its key is used.
+func LoadKey(getenv func(string) string, env, path string) ([]byte, error) {
+	if v := strings.TrimSpace(getenv(env)); v != "" {
+		k, err := ParseKey(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", env, err)
+		}
+		return k, nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return createKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	k, err := ParseKey(strings.TrimSpace(string(data)))
+	if err != nil {
+		return nil, fmt.Errorf("key file %s: %w", path, err)
+	}
+	return k, nil
+}
+
 // ParseKey reads a 32-byte key written as base64 or hex.
 func ParseKey(s string) ([]byte, error) {
 	if len(s) == 64 {

@@ -27,14 +27,28 @@ type Stores interface {
 }
 
 // SourceFor returns the Source of tenant's runs in st: their events, and
-// the blobs of that tenant only.
+// the blobs of that tenant only. When st keeps erasure records
+// (store.RetentionStore), the Source is also an Erasures.
 func SourceFor(st Stores, tenant string) Source {
-	return tenantSource{st, st.Blobs(tenant)}
+	ts := tenantSource{st, st.Blobs(tenant)}
+	if rs, ok := st.(store.RetentionStore); ok {
+		return erasingSource{ts, rs}
+	}
+	return ts
 }
 
 type tenantSource struct {
 	store.EventStore
 	store.BlobStore
+}
+
+type erasingSource struct {
+	tenantSource
+	rs store.RetentionStore
+}
+
+func (s erasingSource) Erasures(ctx context.Context, runID string) ([]*store.Erasure, error) {
+	return s.rs.Erasures(ctx, runID)
 }
 
 // Problem is one integrity failure found by Verify.
@@ -51,6 +65,17 @@ type Report struct {
 	Prompts  int       `json:"prompts"`
 	Problems []Problem `json:"problems,omitempty"`
 	HeadHash string    `json:"head_hash"`
+	// Removed counts the referenced payloads that retention removed
+	// (expired) or an erasure destroyed: their hashes and sizes are in the
+	// log, their content is gone, by design.
+	Removed int `json:"payloads_removed,omitempty"`
+	// Erased counts the events whose payloads an erasure replaced, and
+	// Erasures are the store's records of those erasures.
+	Erased   int              `json:"events_erased,omitempty"`
+	Erasures []*store.Erasure `json:"erasures,omitempty"`
+	// PromptsUnchecked says why the prompt hashes were not rebuilt (their
+	// content was removed).
+	PromptsUnchecked string `json:"prompts_unchecked,omitempty"`
 }
 
 // OK reports whether nothing was wrong.
@@ -68,11 +93,29 @@ func Verify(ctx context.Context, src Source, runID string) (*Report, error) {
 	if len(evs) == 0 {
 		return rep, fmt.Errorf("run %s has no events: %w", runID, store.ErrNotFound)
 	}
-	var head [32]byte
-	rep.Problems, rep.Blobs, head, _ = checkLog(ctx, src, evs)
-	rep.HeadHash = hex.EncodeToString(head[:])
+	erased := map[string]bool{}
+	if es, ok := src.(Erasures); ok {
+		if rep.Erasures, err = es.Erasures(ctx, runID); err != nil {
+			return nil, fmt.Errorf("erasures of run %s: %w", runID, err)
+		}
+		for _, e := range rep.Erasures {
+			erased[e.ID] = true
+		}
+	}
+	c := logCheck{blobs: src, erasures: erased, removedOK: true}
+	c.run(ctx, evs)
+	rep.Problems, rep.Blobs, rep.Removed, rep.Erased = c.problems, c.nblobs, c.removed, c.erased
+	rep.HeadHash = hex.EncodeToString(c.head[:])
 	add := func(seq int64, f string, a ...any) {
 		rep.Problems = append(rep.Problems, Problem{seq, fmt.Sprintf(f, a...)})
+	}
+	switch {
+	case rep.Erased > 0:
+		rep.PromptsUnchecked = fmt.Sprintf("%d events erased", rep.Erased)
+		return rep, nil
+	case rep.Removed > 0:
+		rep.PromptsUnchecked = fmt.Sprintf("%d payloads removed", rep.Removed)
+		return rep, nil
 	}
 	err = Prompts(ctx, src, evs, func(ev *store.Event, mc *ModelCall, req *model.Request) error {
 		rep.Prompts++
@@ -123,76 +166,106 @@ func (e *DamageError) Unwrap() error { return ErrDamaged }
 // blob store that could not answer (neither found damage nor the blob
 // missing) is returned as that error, so a passing outage is not taken for
 // tampering.
+//
+// A log whose payloads were removed or erased (docs/design/retention.md)
+// fails it: such a run is never resumed, replayed or copied.
 func CheckLog(ctx context.Context, blobs store.BlobStore, evs []store.Event) error {
-	problems, _, _, ioErr := checkLog(ctx, blobs, evs)
-	if ioErr != nil {
-		return fmt.Errorf("check log: %w", ioErr)
+	c := logCheck{blobs: blobs}
+	c.run(ctx, evs)
+	if c.ioErr != nil {
+		return fmt.Errorf("check log: %w", c.ioErr)
 	}
-	if len(problems) == 0 {
+	if len(c.problems) == 0 {
 		return nil
 	}
 	id := ""
 	if len(evs) > 0 {
 		id = evs[0].RunID
 	}
-	return &DamageError{RunID: id, Problems: problems}
+	return &DamageError{RunID: id, Problems: c.problems}
 }
 
-// checkLog returns the problems found, the number of distinct blobs, the
-// head hash, and the first blob read that failed for another reason than
-// the blob being missing or damaged (it is also listed as a problem).
-func checkLog(ctx context.Context, blobs store.BlobStore, evs []store.Event) (problems []Problem, nblobs int, head [32]byte, ioErr error) {
-	add := func(seq int64, f string, a ...any) {
-		problems = append(problems, Problem{seq, fmt.Sprintf(f, a...)})
-	}
+// logCheck checks a log. erasures are the erasure ids whose replaced
+// payloads are accepted; removedOK accepts removed payloads. It collects
+// the problems, the number of distinct blobs (and of removed ones), the
+// events erased, the head hash, and the first blob read that failed for
+// another reason than the blob being missing or damaged (also a problem).
+type logCheck struct {
+	blobs     store.BlobStore
+	erasures  map[string]bool
+	removedOK bool
+
+	problems        []Problem
+	nblobs, removed int
+	erased          int
+	head            [32]byte
+	ioErr           error
+}
+
+func (c *logCheck) add(seq int64, f string, a ...any) {
+	c.problems = append(c.problems, Problem{seq, fmt.Sprintf(f, a...)})
+}
+
+func (c *logCheck) run(ctx context.Context, evs []store.Event) {
 	var prev [32]byte
 	seen := map[string]bool{}
 	for i := range evs {
 		ev := &evs[i]
 		if ev.Seq != int64(i+1) {
-			add(ev.Seq, "sequence gap: expected %d", i+1)
+			c.add(ev.Seq, "sequence gap: expected %d", i+1)
 		}
 		if ev.PrevHash != prev {
-			add(ev.Seq, "previous-hash link broken")
-		}
-		if h := store.ChainHash(ev.PrevHash, ev); h != ev.Hash {
-			add(ev.Seq, "event hash does not match its content (tampered)")
+			c.add(ev.Seq, "previous-hash link broken")
 		}
 		prev = ev.Hash
+		if id := ErasureOf(ev); id != "" && c.erasures[id] {
+			c.erased++ // its hash is pinned by the next event's; its content is gone
+			continue
+		}
+		if h := store.ChainHash(ev.PrevHash, ev); h != ev.Hash {
+			c.add(ev.Seq, "event hash does not match its content (tampered)")
+		}
 		refs, err := BlobRefs(ev)
 		if err != nil {
-			add(ev.Seq, "%v", err)
+			c.add(ev.Seq, "%v", err)
 		}
-		for _, c := range refs {
-			if seen[c.Blob] {
+		for _, r := range refs {
+			if seen[r.Blob] {
 				continue
 			}
-			seen[c.Blob] = true
-			nblobs++
-			sum, err := c.Sum()
-			if err != nil {
-				add(ev.Seq, "%v", err)
-				continue
-			}
-			// GetBlob hashes what it reads and refuses bytes that do not
-			// match; the check here also covers a store that does not.
-			data, err := blobs.GetBlob(ctx, sum)
-			switch {
-			case errors.Is(err, store.ErrCorrupt):
-				add(ev.Seq, "blob %s: content does not match its hash (tampered)", c.Blob[:12])
-			case err != nil:
-				add(ev.Seq, "blob %s: %v", c.Blob[:12], err)
-				if !errors.Is(err, store.ErrNotFound) && ioErr == nil {
-					ioErr = err
-				}
-			case sha256.Sum256(data) != sum:
-				add(ev.Seq, "blob %s: content does not match its hash (tampered)", c.Blob[:12])
-			case int64(len(data)) != c.Size:
-				add(ev.Seq, "blob %s: size %d, recorded %d", c.Blob[:12], len(data), c.Size)
-			}
+			seen[r.Blob] = true
+			c.nblobs++
+			c.blob(ctx, ev.Seq, r)
 		}
 	}
-	return problems, nblobs, prev, ioErr
+	c.head = prev
+}
+
+// blob checks one referenced blob: present, matching its hash and size.
+func (c *logCheck) blob(ctx context.Context, seq int64, r Content) {
+	sum, err := r.Sum()
+	if err != nil {
+		c.add(seq, "%v", err)
+		return
+	}
+	// GetBlob hashes what it reads and refuses bytes that do not match;
+	// the check here also covers a store that does not.
+	data, err := c.blobs.GetBlob(ctx, sum)
+	switch {
+	case errors.Is(err, store.ErrRemoved) && c.removedOK:
+		c.removed++
+	case errors.Is(err, store.ErrCorrupt):
+		c.add(seq, "blob %s: content does not match its hash (tampered)", r.Blob[:12])
+	case err != nil:
+		c.add(seq, "blob %s: %v", r.Blob[:12], err)
+		if !errors.Is(err, store.ErrNotFound) && c.ioErr == nil {
+			c.ioErr = err
+		}
+	case sha256.Sum256(data) != sum:
+		c.add(seq, "blob %s: content does not match its hash (tampered)", r.Blob[:12])
+	case int64(len(data)) != r.Size:
+		c.add(seq, "blob %s: size %d, recorded %d", r.Blob[:12], len(data), r.Size)
+	}
 }
 
 // BlobRefs returns the blob references the platform recorded in ev: the
@@ -274,7 +347,9 @@ func RunBlobs(evs []store.Event) ([][32]byte, error) {
 }
 
 // Prompts rebuilds, from the log alone, the exact request of every model
-// call and hands it to fn in order.
+// call and hands it to fn in order. A payload retention removed reads as
+// "[payload expired DATE]" (RemovedNote), so a rebuilt prompt shows where
+// the content was; its hash then no longer matches the recorded one.
 func Prompts(ctx context.Context, src Source, evs []store.Event, fn func(ev *store.Event, mc *ModelCall, req *model.Request) error) error {
 	if len(evs) == 0 || evs[0].Type != EvRunStarted {
 		return errors.New("log does not start with run_started")
@@ -283,21 +358,27 @@ func Prompts(ctx context.Context, src Source, evs []store.Event, fn func(ev *sto
 	if err := json.Unmarshal(evs[0].Payload, &rs); err != nil {
 		return err
 	}
-	sys, err := Load(ctx, src, rs.System)
+	load := loadShown(func(c Content) ([]byte, error) { return Load(ctx, src, c) })
+	sys, err := load(rs.System)
 	if err != nil {
 		return fmt.Errorf("system prompt: %w", err)
 	}
+	var defs []model.ToolDef
 	defsJSON, err := Load(ctx, src, rs.ToolDefs)
-	if err != nil {
+	if _, removed := RemovedNote(err); err != nil && !removed {
 		return fmt.Errorf("tool definitions: %w", err)
 	}
-	var defs []model.ToolDef
-	if err := json.Unmarshal(defsJSON, &defs); err != nil {
-		return err
+	if err == nil && ErasureOf(&evs[0]) == "" {
+		if err := json.Unmarshal(defsJSON, &defs); err != nil {
+			return err
+		}
 	}
-	tr := NewTranscript(string(sys), defs, func(c Content) ([]byte, error) { return Load(ctx, src, c) })
+	tr := NewTranscript(string(sys), defs, load)
 	for i := range evs {
 		ev := &evs[i]
+		if ErasureOf(ev) != "" {
+			continue // an erased event adds nothing to any prompt
+		}
 		if ev.Type == EvModelCall {
 			var mc ModelCall
 			if err := json.Unmarshal(ev.Payload, &mc); err != nil {

@@ -49,6 +49,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = c.runs(rest)
 	case "trace":
 		err = c.trace(rest)
+	case "purge":
+		err = c.purge(rest)
+	case "erase":
+		err = c.erase(rest)
 	case "demo":
 		err = c.demo(rest)
 	case "worker":
@@ -124,6 +128,8 @@ Usage:
   agentplane runs RUN|last                         one run: its status, usage and its whole output
   agentplane trace RUN|last                        every prompt, tool call and result of a run
   agentplane trace verify RUN                      check the hash chain and every blob
+  agentplane purge [--dry-run]                     apply the tenants' retention (payload and metadata TTLs) now
+  agentplane erase --run ID | --user U --tenant T  erase a run or everything about a user; trace verify still passes
   agentplane trace export RUN --otlp URL           send the run's OpenTelemetry GenAI spans over OTLP/HTTP
   agentplane worker [--until-idle]                 execute queued runs (resumes crashed and woken ones)
   agentplane replay RUN --from-step N [...]        re-run a recorded run from step N with a change
@@ -216,6 +222,8 @@ var usageLines = map[string]string{
 	"edit":         "agentplane edit APPROVAL_ID --as USER --args JSON [--comment TEXT]",
 	"bank":         "agentplane bank [--json] [--check-one-refund-per-run] | bank generate [--customer ID] [--count N] [--seed S]",
 	"demo":         "agentplane demo [--example NAME] [--data DIR] [--analysis auto|on|off] [--setup-only] [--reject-refund]",
+	"erase":        "agentplane erase --run RUN | --user USER --tenant T [--reason TEXT] [--by WHO] [--json]",
+	"purge":        "agentplane purge [--dry-run] [--config api.yaml] [--json]",
 	"eval run":     "agentplane eval run SET --agent NAME@VERSION [--parallel N] [--tasks GLOB] [--record] [--keep DIR] [--json]",
 	"eval compare": "agentplane eval compare BASE CANDIDATE --set SET [--runs QUERY] [--thresholds FILE] [--max-... F] [--json]",
 	"models":       "agentplane models list | models test ALIAS [--prompt TEXT] [--max-tokens N] [--stream]",

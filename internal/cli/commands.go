@@ -421,6 +421,9 @@ func (c *command) trace(args []string) error {
 		return err
 	}
 	run, err := p.Store.GetRun(c.ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("run %s: not found: it never existed, or it was deleted past its tenant's metadata_ttl (a deleted run leaves no log to show or verify)", runID)
+	}
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/mcpserver"
+	"github.com/agentplane/agentplane/retention"
 	"github.com/agentplane/agentplane/store/postgres"
 	"github.com/agentplane/agentplane/web"
 )
@@ -43,6 +44,7 @@ func (c *command) serve(args []string) error {
 	secureCookies := fs.Bool("secure-cookies", false, "mark the viewer's session cookies Secure on plain HTTP too (behind a proxy that terminates TLS)")
 	sessionTTL := fs.Duration("session-ttl", 12*time.Hour, "how long a browser session lasts from sign-in")
 	serveMCP := fs.Bool("mcp", true, "serve the MCP server (agentplane's runs, approvals, trace and replay as tools) over Streamable HTTP at "+api.MCPPath+", authenticated like /v1 (Authorization: Bearer KEY)")
+	purgeEvery := fs.Duration("purge-interval", time.Hour, "apply the tenants' retention (the config's retention blocks) at start and then this often; 0 turns it off (agentplane purge does it on demand)")
 	metricsToken := fs.String("metrics-token-file", "", "file holding the operator's bearer token for GET /metrics (Prometheus; without it /metrics is off)")
 	if _, err := parseInterleaved(fs, args); err != nil {
 		return err
@@ -98,6 +100,16 @@ func (c *command) serve(args []string) error {
 	if err := srv.Start(ctx); err != nil {
 		ln.Close()
 		return err
+	}
+	if pols := cfg.RetentionPolicies(); len(pols) > 0 && *purgeEvery > 0 {
+		retention.Every(ctx, *purgeEvery, retention.Options{Store: p.Store, Policies: pols}, func(rep *retention.Report, err error) {
+			if err != nil {
+				logger.Warn("retention purge failed; the next pass carries on", "err", err)
+				return
+			}
+			logger.Info("retention purge", "runs", rep.Runs, "payloads_expired", rep.PayloadsExpired, "blobs_removed", rep.BlobsRemoved,
+				"bytes", rep.Bytes, "runs_deleted", rep.RunsDeleted)
+		})
 	}
 	hs := srv.HTTPServer(slog.NewLogLogger(logger.Handler(), slog.LevelWarn))
 	served := make(chan error, 1)

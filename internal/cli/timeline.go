@@ -26,6 +26,18 @@ type timeline struct {
 	// stamps prefixes each event with its sequence number (the SSE id) and
 	// time, as agentplane trace prints it.
 	stamps bool
+	// removed notes, by blob hex, the payloads retention or an erasure
+	// removed ("payload expired 2026-12-01"): shown where the content was.
+	removed map[string]string
+}
+
+// preview is what the timeline shows of content c stored as a blob: its
+// preview, or the note saying it was removed.
+func (t *timeline) preview(c trace.Content) string {
+	if note, ok := t.removed[c.Blob]; ok {
+		return "[" + note + "]"
+	}
+	return c.Preview + "…"
 }
 
 // resultShown is how much of a run's final output a timeline prints.
@@ -104,6 +116,10 @@ func (t *timeline) event(ev *store.Event) {
 	if t.stamps {
 		fmt.Fprintf(w, "%5d %s ", ev.Seq, ev.At.UTC().Format("15:04:05.000"))
 	}
+	if id := trace.ErasureOf(ev); id != "" {
+		fmt.Fprintf(w, "%s  [erased by %s: only the type, step, time and hashes remain]\n", ev.Type, id)
+		return
+	}
 	switch ev.Type {
 	case trace.EvRunStarted:
 		var p trace.RunStarted
@@ -163,7 +179,7 @@ func (t *timeline) event(ev *store.Event) {
 		_ = json.Unmarshal(ev.Payload, &p)
 		args := p.Args.Text
 		if p.Args.IsBlob() {
-			args = p.Args.Preview + "…"
+			args = t.preview(p.Args)
 		}
 		verdict := "allowed"
 		if !p.Decision.Allowed && p.Decision.Approval != nil {
@@ -177,7 +193,7 @@ func (t *timeline) event(ev *store.Event) {
 		_ = json.Unmarshal(ev.Payload, &p)
 		out := p.Output.Text
 		if p.Output.IsBlob() {
-			out = p.Output.Preview
+			out = strings.TrimSuffix(t.preview(p.Output), "…")
 		}
 		extra := ""
 		if p.Replayed != "" {
@@ -272,7 +288,7 @@ func (t *timeline) event(ev *store.Event) {
 		}
 		note := p.Note.Text
 		if p.Note.IsBlob() {
-			note = p.Note.Preview + "…"
+			note = t.preview(p.Note)
 		}
 		fmt.Fprintf(w, "    compaction %d messages folded into a note, %d kept, %d identifiers (%d restored)  in=%d out=%d\n",
 			p.CompactedMessages, p.KeptMessages, p.Identifiers, len(p.Restored), p.InputTokens, p.OutputTokens)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/model"
@@ -25,7 +26,7 @@ func printTrace(ctx context.Context, w io.Writer, src trace.Source, evs []store.
 	}); err != nil {
 		return err
 	}
-	tl := &timeline{w: w, pol: pol, stamps: true}
+	tl := &timeline{w: w, pol: pol, stamps: true, removed: removedPayloads(ctx, src, evs)}
 	if len(evs) > 0 {
 		fmt.Fprintf(w, "  SEQ TIME (UTC, %s)  the sequence number is the event's SSE id (Last-Event-ID resumes after it)\n", evs[0].At.UTC().Format("2006-01-02"))
 	}
@@ -92,9 +93,49 @@ func (c *command) printVerify(src trace.Source, runID, status string) error {
 	if !rep.OK() {
 		return exitCode{1, fmt.Sprintf("run %s: %d integrity problems", runID, len(rep.Problems))}
 	}
-	fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
-		runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
+	for _, e := range rep.Erasures {
+		who := "run " + e.RunID
+		if e.User != "" {
+			who = "everything about user " + e.User
+		}
+		fmt.Fprintf(c.out, "erased: %s (%s) at %s, requested by %s", e.ID, who, e.At.UTC().Format(time.RFC3339), e.RequestedBy)
+		if e.Reason != "" {
+			fmt.Fprintf(c.out, ": %s", clean(e.Reason, 200))
+		}
+		fmt.Fprintf(c.out, "; %d event payloads replaced, %d payload keys destroyed\n", e.Events, e.Blobs)
+	}
+	if rep.Removed == 0 && rep.Erased == 0 {
+		fmt.Fprintf(c.out, "ok: run %s: %d events chained, %d blobs verified, %d prompts rebuilt byte for byte; head %s\n",
+			runID, rep.Events, rep.Blobs, rep.Prompts, rep.HeadHash[:16])
+		return nil
+	}
+	fmt.Fprintf(c.out, "ok: run %s: %d events chained (%d erased: hashes kept, content gone), %d blobs verified (%d payloads expired or erased: hash and size kept, content gone), prompts not rebuilt (%s); head %s\n",
+		runID, rep.Events, rep.Erased, rep.Blobs-rep.Removed, rep.Removed, rep.PromptsUnchecked, rep.HeadHash[:16])
 	return nil
+}
+
+// removedPayloads notes, by blob hex, the payloads of evs that retention
+// or an erasure removed.
+func removedPayloads(ctx context.Context, src trace.Source, evs []store.Event) map[string]string {
+	out := map[string]string{}
+	for i := range evs {
+		refs, _ := trace.BlobRefs(&evs[i])
+		for _, c := range refs {
+			if _, seen := out[c.Blob]; seen {
+				continue
+			}
+			sum, err := c.Sum()
+			if err != nil {
+				continue
+			}
+			if _, err := src.BlobSize(ctx, sum); err != nil {
+				if note, ok := trace.RemovedNote(err); ok {
+					out[c.Blob] = note
+				}
+			}
+		}
+	}
+	return out
 }
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n      ") }

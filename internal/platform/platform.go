@@ -97,6 +97,9 @@ type Options struct {
 	// Telemetry configures the live span export and the metrics derived
 	// from the events the platform's engine appends.
 	Telemetry TelemetryOptions
+	// Getenv reads the environment (the blob master key; os.Getenv when
+	// nil).
+	Getenv func(string) string
 }
 
 // Platform is a running agentplane instance.
@@ -154,17 +157,49 @@ type Store interface {
 	store.ConnectorStore
 	store.SessionStore
 	store.RateStore
+	store.RetentionStore
+}
+
+// BlobKeyEnv names the environment variable holding the master key blobs
+// are sealed under (32 bytes, base64 or hex). Without it the key is
+// DATA/blob.key: created on first use for the embedded store; for a
+// PostgreSQL store, read when present, else the database keeps the key
+// (every process sharing a store must seal with the same key, and a store
+// refuses another). Keep it out of the backups of the blob store
+// (docs/design/retention.md).
+const BlobKeyEnv = "AGENTPLANE_BLOB_KEY"
+
+// BlobKey returns the platform's blob master key (BlobKeyEnv, else
+// dataDir/blob.key, created when missing if create is set; nil when it is
+// not and there is none). getenv nil is os.Getenv.
+func BlobKey(dataDir string, getenv func(string) string, create bool) ([]byte, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	path := filepath.Join(dataDir, "blob.key")
+	if _, err := os.Stat(path); !create && getenv(BlobKeyEnv) == "" && errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	k, err := secrets.LoadKey(getenv, BlobKeyEnv, path)
+	if err != nil {
+		return nil, fmt.Errorf("blob master key: %w (set %s to 32 bytes as base64 or hex)", err, BlobKeyEnv)
+	}
+	return k, nil
 }
 
 // OpenStore opens the run store named by spec: "" is the embedded SQLite
 // store in dataDir, postgres://... (or postgresql://...) a PostgreSQL
 // database shared by any number of processes.
-func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, log *slog.Logger) (Store, error) {
+//
+// Blobs are sealed under blobKey (package store/blobcrypt: BlobKey gives
+// the platform's); a PostgreSQL store given none keeps one in the
+// database, shared by every process.
+func OpenStore(ctx context.Context, spec, dataDir string, blobs store.Blobs, blobKey []byte, log *slog.Logger) (Store, error) {
 	switch {
 	case spec == "":
-		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs})
+		return sqlite.Open(ctx, sqlite.Options{Dir: dataDir, Logger: log, Blobs: blobs, BlobKey: blobKey})
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs})
+		return postgres.Open(ctx, postgres.Options{DSN: spec, Logger: log, Blobs: blobs, BlobKey: blobKey, StoredBlobKey: blobKey == nil})
 	}
 	return nil, fmt.Errorf("store %s: want a postgres:// URL, or nothing for the embedded SQLite store in the data directory", postgres.Redact(spec))
 }
@@ -189,7 +224,11 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 			return nil, err
 		}
 	}
-	st, err := OpenStore(ctx, o.Store, o.DataDir, blobs, o.Logger)
+	blobKey, err := BlobKey(o.DataDir, o.Getenv, o.Store == "")
+	if err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(ctx, o.Store, o.DataDir, blobs, blobKey, o.Logger)
 	if err != nil {
 		return nil, err
 	}

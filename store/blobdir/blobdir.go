@@ -141,6 +141,16 @@ func (b *tenantDir) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
 	return st.Size(), nil
 }
 
+// DeleteBlob removes the tenant's blob sum (retention and erasure); a blob
+// that is not there is not an error.
+func (b *tenantDir) DeleteBlob(ctx context.Context, sum [32]byte) error {
+	err := os.Remove(b.d.Path(b.tenant, sum))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("blob folder: delete %x: %w", sum[:8], err)
+	}
+	return nil
+}
+
 // Legacy lists the blobs of the layout before blobs were kept per tenant
 // (ROOT/<aa>/<other 62 hex digits>, no tenant), which no tenant's store
 // reads. A tenant folder is told apart by holding folders, not files.

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/blobcrypt"
 )
 
 //go:embed migrations/*.sql
@@ -57,6 +58,15 @@ type Options struct {
 	// Blobs is where blobs are kept (required): the run store and the blob
 	// store are chosen independently (an S3 bucket, or a folder).
 	Blobs store.Blobs
+	// BlobKey is the 32-byte master key blobs are sealed under (package
+	// store/blobcrypt); nil keeps blobs as plaintext. Every process
+	// sharing the database must give the same key: another is refused.
+	BlobKey []byte
+	// StoredBlobKey, without BlobKey, seals blobs under a master key kept
+	// in the database itself (created by the first process), so that
+	// processes given no key agree. BlobKey given outside is stronger: a
+	// database backup then holds no key that opens the blob store's.
+	StoredBlobKey bool
 }
 
 // Store implements store.Store, store.APIStore, store.PrincipalStore,
@@ -64,9 +74,10 @@ type Options struct {
 // PostgreSQL. It is safe for concurrent use, and any
 // number of Stores (in any number of processes) may share one database.
 type Store struct {
-	pool  *pgxpool.Pool
-	log   *slog.Logger
-	blobs store.Blobs
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	blobs  store.Blobs
+	sealed *blobcrypt.Sealed // nil: blobs kept as plaintext
 }
 
 var (
@@ -114,6 +125,22 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err := s.migrateTo(ctx, len(upSteps())); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres store %s: %w", Redact(o.DSN), err)
+	}
+	if o.BlobKey == nil && o.StoredBlobKey {
+		if o.BlobKey, err = s.storedBlobKey(ctx); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres store %s: blob master key: %w", Redact(o.DSN), err)
+		}
+	}
+	if o.BlobKey != nil {
+		if err := s.CheckBlobKey(ctx, blobcrypt.CheckValue(o.BlobKey)); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres store %s: %w", Redact(o.DSN), err)
+		}
+		if s.sealed, err = blobcrypt.New(blobcrypt.Options{Backend: o.Blobs, Keys: s, MasterKey: o.BlobKey}); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/blobdir"
 	"github.com/agentplane/agentplane/store/postgres/pgtest"
 	"github.com/agentplane/agentplane/store/storetest"
 )
@@ -255,4 +256,77 @@ func TestRedact(t *testing.T) {
 			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+var testBlobKey = []byte("0123456789abcdef0123456789abcdef")
+
+// TestSealedConformance runs the whole suite, the blob suite with damaged
+// sealed objects included, and the retention suite on a store whose blobs
+// are sealed.
+func TestSealedConformance(t *testing.T) {
+	openSealed := func(t *testing.T) (*Store, *blobdir.Dir) {
+		d := pgtest.Blobs(t)
+		s, err := Open(t.Context(), Options{DSN: pgtest.DSN(t), Blobs: d, BlobKey: testBlobKey})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, d
+	}
+	storetest.Exercise(t, func(t *testing.T) store.Store { s, _ := openSealed(t); return s })
+	storetest.ExerciseBlobs(t, func(t *testing.T) storetest.BlobBackend {
+		s, d := openSealed(t)
+		return storetest.BlobBackend{Blobs: s, Overwrite: func(t *testing.T, tenant string, sum [32]byte, data []byte) {
+			if err := os.WriteFile(d.Path(tenant, s.sealed.Object(t.Context(), tenant, sum)), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
+	storetest.ExerciseRetention(t, func(t *testing.T) storetest.SealedStore {
+		s, d := openSealed(t)
+		return storetest.SealedStore{Store: s, Backend: d}
+	})
+}
+
+// TestBlobKeyMismatchRefused: a database whose blobs were sealed under one
+// master key refuses a process opened with another.
+func TestBlobKeyMismatchRefused(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s, err := Open(t.Context(), Options{DSN: dsn, Blobs: pgtest.Blobs(t), BlobKey: testBlobKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = Open(t.Context(), Options{DSN: dsn, Blobs: pgtest.Blobs(t), BlobKey: []byte("another key, also thirty-two b..")})
+	if err == nil || !strings.Contains(err.Error(), "not the one") {
+		t.Fatalf("Open with another blob key: err = %v, want a refusal naming the key", err)
+	}
+}
+
+// TestStoredBlobKeyShared: processes given no key seal under the one the
+// first kept in the database, so each reads what the other sealed.
+func TestStoredBlobKeyShared(t *testing.T) {
+	dsn, d := pgtest.DSN(t), pgtest.Blobs(t)
+	a := openWith(t, Options{DSN: dsn, Blobs: d, StoredBlobKey: true})
+	b := openWith(t, Options{DSN: dsn, Blobs: d, StoredBlobKey: true})
+	sum, err := a.Blobs("acme").PutBlob(t.Context(), []byte("sealed by a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.Blobs("acme").GetBlob(t.Context(), sum); err != nil || string(got) != "sealed by a" {
+		t.Fatalf("b reads a's blob: %q, %v", got, err)
+	}
+	if raw, err := d.Blobs("acme").GetBlob(t.Context(), a.sealed.Object(t.Context(), "acme", sum)); err != nil || strings.Contains(string(raw), "sealed by a") {
+		t.Fatalf("the blob folder holds %q (%v), want ciphertext", raw, err)
+	}
+}
+
+func openWith(t *testing.T, o Options) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

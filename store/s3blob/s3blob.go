@@ -305,6 +305,21 @@ func (b *tenantBlobs) BlobSize(ctx context.Context, sum [32]byte) (int64, error)
 	return *out.ContentLength, nil
 }
 
+// DeleteBlob removes the tenant's object sum (retention and erasure); S3
+// answers a delete of a missing key with success, and so does this.
+func (b *tenantBlobs) DeleteBlob(ctx context.Context, sum [32]byte) error {
+	ctx, cancel := context.WithTimeout(ctx, b.s.timeout)
+	defer cancel()
+	_, err := b.s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(b.s.bucket), Key: aws.String(b.s.Key(b.tenant, sum))})
+	if err != nil {
+		if e := b.fail("delete", sum, err); errors.Is(e, store.ErrNotFound) {
+			return nil
+		}
+		return b.fail("delete", sum, err)
+	}
+	return nil
+}
+
 // fail turns a missing key into the same ErrNotFound the blob folder
 // gives, and anything else into an error naming the operation.
 func (b *tenantBlobs) fail(op string, sum [32]byte, err error) error {

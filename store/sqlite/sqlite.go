@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/blobcrypt"
 	"github.com/agentplane/agentplane/store/blobdir"
 
 	sqlitedrv "modernc.org/sqlite" // also the database/sql driver "sqlite"
@@ -48,6 +49,10 @@ type Options struct {
 	// directory (Dir/blobs). The run store and the blob store are chosen
 	// independently.
 	Blobs store.Blobs
+	// BlobKey is the 32-byte master key blobs are sealed under (package
+	// store/blobcrypt); nil keeps blobs as plaintext, as before sealing
+	// existed. A store once opened with a key refuses another.
+	BlobKey []byte
 }
 
 // Store implements store.Store.
@@ -56,6 +61,7 @@ type Store struct {
 	w      writer  // the single writing connection
 	r      *sql.DB // readers
 	blobs  store.Blobs
+	sealed *blobcrypt.Sealed // nil: blobs kept as plaintext
 	log    *slog.Logger
 	queue  chan *appendOp
 	done   chan struct{}
@@ -96,7 +102,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		o.BusyTimeout = 10 * time.Second
 	}
 	path := filepath.Join(o.Dir, "agentplane.db")
-	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_txlock=immediate",
+	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_txlock=immediate",
 		path, o.BusyTimeout.Milliseconds())
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -138,6 +144,16 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			return nil, err
 		}
 		s.blobs = d
+	}
+	if o.BlobKey != nil {
+		if err := s.CheckBlobKey(ctx, blobcrypt.CheckValue(o.BlobKey)); err != nil {
+			s.closeDBs()
+			return nil, fmt.Errorf("sqlite store %s: %w", o.Dir, err)
+		}
+		if s.sealed, err = blobcrypt.New(blobcrypt.Options{Backend: s.blobs, Keys: s, MasterKey: o.BlobKey}); err != nil {
+			s.closeDBs()
+			return nil, err
+		}
 	}
 	s.wg.Add(1)
 	go s.writer()

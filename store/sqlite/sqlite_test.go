@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -517,4 +518,51 @@ func TestBlobsChosenApart(t *testing.T) {
 	if p := s.BlobPath("acme", sum); p != elsewhere.Path("acme", sum) {
 		t.Fatalf("BlobPath = %q, want the chosen folder's %q", p, elsewhere.Path("acme", sum))
 	}
+}
+
+var testBlobKey = bytes.Repeat([]byte{7}, 32)
+
+// openSealed opens a store whose blobs are sealed, in a fresh directory.
+func openSealed(t *testing.T) (*Store, *blobdir.Dir) {
+	dir := t.TempDir()
+	d, err := blobdir.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openWith(t, Options{Dir: dir, Blobs: d, BlobKey: testBlobKey})
+	t.Cleanup(func() { s.Close() })
+	return s, d
+}
+
+// TestSealedConformance runs the whole suite, the blob suite with damaged
+// sealed objects included, and the retention suite on a store whose blobs
+// are sealed.
+func TestSealedConformance(t *testing.T) {
+	storetest.Exercise(t, func(t *testing.T) store.Store { s, _ := openSealed(t); return s })
+	storetest.ExerciseBlobs(t, func(t *testing.T) storetest.BlobBackend {
+		s, _ := openSealed(t)
+		return storetest.BlobBackend{Blobs: s, Overwrite: func(t *testing.T, tenant string, sum [32]byte, data []byte) {
+			if err := os.WriteFile(s.BlobPath(tenant, sum), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}}
+	})
+	storetest.ExerciseRetention(t, func(t *testing.T) storetest.SealedStore {
+		s, d := openSealed(t)
+		return storetest.SealedStore{Store: s, Backend: d}
+	})
+}
+
+// TestBlobKeyMismatchRefused: a store sealed under one master key refuses
+// to open with another, rather than failing every read.
+func TestBlobKeyMismatchRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := openWith(t, Options{Dir: dir, BlobKey: testBlobKey})
+	s.Close()
+	_, err := Open(t.Context(), Options{Dir: dir, BlobKey: bytes.Repeat([]byte{8}, 32)})
+	if err == nil || !strings.Contains(err.Error(), "not the one") {
+		t.Fatalf("Open with another blob key: err = %v, want a refusal naming the key", err)
+	}
+	s = openWith(t, Options{Dir: dir, BlobKey: testBlobKey})
+	s.Close()
 }
