@@ -27,6 +27,12 @@ fi
 base="${BASE:-c0d6440}"
 count="${COUNT:-6}"
 bench='StepOverhead/side_effects=none|AggregateSteps/tool=echo'
+# The working tree's benchmarks have a store level (sqlite, postgres): its
+# sqlite cases are run and named as the base's for the comparison.
+head_bench="$bench"
+if grep -q '"store="' loop/bench_test.go; then
+  head_bench='StepOverhead/store=sqlite/side_effects=none|AggregateSteps/store=sqlite/tool=echo'
+fi
 tmp="$(mktemp -d)"
 wt="$tmp/base-tree"
 cleanup() { git worktree remove --force "$wt" >/dev/null 2>&1 || true; rm -rf "$tmp"; }
@@ -42,8 +48,10 @@ for i in $(seq 1 "$count"); do
   printf '=== sample %d of %d\n' "$i" "$count" >&2
   for which in base head; do
     # Each binary runs in its package directory (its fixtures are relative).
+    pattern="$bench"; [ "$which" = head ] && pattern="$head_bench"
     (cd "$([ "$which" = base ] && echo "$wt" || pwd)/loop" &&
-      "$tmp/$which.test" -test.run '^$' -test.bench "$bench" -test.benchtime 1x -test.count 1) >>"$tmp/$which.txt"
+      "$tmp/$which.test" -test.run '^$' -test.bench "$pattern" -test.benchtime 1x -test.count 1) |
+      sed 's#/store=sqlite/#/#' >>"$tmp/$which.txt"
   done
 done
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
