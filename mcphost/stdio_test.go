@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/mcphost"
+	"github.com/agentplane/agentplane/mcphost/referencetest"
 	"github.com/agentplane/agentplane/sandbox"
 	"github.com/agentplane/agentplane/sandbox/container"
 	"github.com/agentplane/agentplane/sandbox/sandboxtest"
@@ -21,10 +22,7 @@ import (
 // missing and how to get it.
 func need(t testing.TB, why string) {
 	t.Helper()
-	if os.Getenv("AGENTPLANE_TEST_STRICT") == "1" {
-		t.Fatal(why)
-	}
-	t.Skip(why)
+	referencetest.Need(t, why)
 }
 
 // sandboxLauncher returns a launcher over a bubblewrap manager whose
