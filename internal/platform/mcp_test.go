@@ -214,21 +214,10 @@ func TestMCPConnectorRunTraceReplay(t *testing.T) {
 	if len(results) != 2 || !strings.Contains(results[0], `"balance":125.5`) || !strings.Contains(results[1], "sent under "+r.ID+":2:0") {
 		t.Fatalf("results = %q", results)
 	}
-	// The trace rebuilds every prompt byte for byte (hashes match).
-	rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, "bank"), r.ID)
-	if err != nil || !rep.OK() || rep.Prompts != 3 {
-		t.Fatalf("trace verify: %+v %v", rep, err)
-	}
-
-	// A live replay from step 1: the read-only tool runs again, the
+	// The trace rebuilds every prompt byte for byte (hashes match). A
+	// live replay from step 1: the read-only tool runs again, the
 	// side-effecting one is answered from the recording, never sent.
-	rr, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: r.ID, FromStep: 1, Mode: trace.ReplayLive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := p.Embedded.Execute(ctx, rr.ID); err != nil || got.Status != store.StatusCompleted {
-		t.Fatalf("replay: %v %v", got, err)
-	}
+	verifyAndReplay(t, p, r.ID, 3)
 	n.mu.Lock()
 	sends, lookups := n.sends, n.lookups
 	n.mu.Unlock()

@@ -105,19 +105,8 @@ func TestReferenceServerThroughTheBroker(t *testing.T) {
 		results[1].key != r.ID+":2:0" || !strings.Contains(results[1].output, "42") || results[0].status != trace.StatusOK || results[1].status != trace.StatusOK {
 		t.Fatalf("recorded calls = %+v", results)
 	}
-	rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, "bank"), r.ID)
-	if err != nil || !rep.OK() || rep.Prompts != 3 {
-		t.Fatalf("trace verify: %+v %v", rep, err)
-	}
-
-	rr, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: r.ID, FromStep: 1, Mode: trace.ReplayLive})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := p.Embedded.Execute(ctx, rr.ID); err != nil || got.Status != store.StatusCompleted {
-		t.Fatalf("replay: %v %v", got, err)
-	}
-	replayed := toolResults(t, p, rr.ID)
+	rr := verifyAndReplay(t, p, r.ID, 3)
+	replayed := toolResults(t, p, rr)
 	if len(replayed) != 2 || replayed[0].replayed != "live" && replayed[0].replayed != "" ||
 		!strings.Contains(replayed[0].output, "hello from agentplane") {
 		t.Fatalf("the read-only echo in the live replay: %+v", replayed)
@@ -125,9 +114,29 @@ func TestReferenceServerThroughTheBroker(t *testing.T) {
 	if replayed[1].replayed != trace.ReplayedRecorded || replayed[1].output != results[1].output {
 		t.Fatalf("get-sum (external side effects) in the live replay: %+v, want it answered from the recording", replayed[1])
 	}
-	if rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, "bank"), rr.ID); err != nil || !rep.OK() {
+	if rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, "bank"), rr); err != nil || !rep.OK() {
 		t.Fatalf("trace verify of the replay: %+v %v", rep, err)
 	}
+}
+
+// verifyAndReplay checks that trace verify rebuilds the run's prompts
+// (prompts of them), then replays it live from step 1 to completion and
+// returns the replay's id.
+func verifyAndReplay(t *testing.T, p *platform.Platform, runID string, prompts int) string {
+	t.Helper()
+	ctx := context.Background()
+	rep, err := trace.Verify(ctx, trace.SourceFor(p.Store, "bank"), runID)
+	if err != nil || !rep.OK() || rep.Prompts != prompts {
+		t.Fatalf("trace verify: %+v %v", rep, err)
+	}
+	rr, err := p.Runs.Replay(ctx, runs.ReplayRequest{Of: runID, FromStep: 1, Mode: trace.ReplayLive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Embedded.Execute(ctx, rr.ID); err != nil || got.Status != store.StatusCompleted {
+		t.Fatalf("replay: %v %v", got, err)
+	}
+	return rr.ID
 }
 
 type recordedCall struct {
