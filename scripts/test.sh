@@ -65,10 +65,17 @@ staticcheck ./...
 step "OpenAPI lint (redocly, recommended rules: zero errors)"
 REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint --format=summary api/openapi.json
 
-step "go test -race"
-# One package at a time (-p 1): the sandbox suites start real gVisor and
-# bubblewrap sandboxes, and runsc's control connection is unreliable when the
-# 2-core machine is saturated by other packages' race-enabled tests.
-go test -race -count=1 -p 1 -timeout 25m ./...
+# The packages whose tests start real gVisor or bubblewrap sandboxes run one
+# at a time, alone (-p 1): runsc's control connection is unreliable when the
+# 2-core machine is saturated by other packages' race-enabled tests. The rest
+# (mostly waiting on PostgreSQL, S3, Temporal and serve processes) run two
+# packages at a time.
+sandboxed="./sandbox/... ./mcphost/... ./internal/cli/... ./internal/platform/..."
+step "go test -race (two packages at a time: everything that starts no sandbox)"
+# shellcheck disable=SC2086
+go test -race -count=1 -p 2 -timeout 25m $(go list ./... | grep -v -e '/sandbox' -e '/mcphost' -e '/internal/cli' -e '/internal/platform')
+step "go test -race (one package at a time: the packages that start sandboxes)"
+# shellcheck disable=SC2086
+go test -race -count=1 -p 1 -timeout 25m $sandboxed
 # The SIGKILL crash test (scripts/crashtest.sh, 50 runs) runs inside go test
 # as cmd/agentplane TestCrashSIGKILL, which also checks the data in depth.
