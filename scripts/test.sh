@@ -1,54 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite of agentplane, as CI runs it. It installs what the tests
-# need first (tools built from the Go module proxy go into a cache folder
-# outside the repository, so a second run skips them), then runs formatting,
-# vet, staticcheck, and the race-enabled unit and integration tests (the
-# SIGKILL crash test among them).
+# need first (scripts/setup.sh: Debian packages, npm packages at pinned
+# versions and tools built from the Go module proxy, cached outside the
+# repository so a second run skips them), then runs formatting, vet,
+# staticcheck, the OpenAPI lint and the race-enabled unit and integration
+# tests (the SIGKILL crash tests among them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TOOLS="${AGENTPLANE_TOOLS:-$HOME/.cache/agentplane-tools}"
-export PATH="$TOOLS/bin:$PATH"
-mkdir -p "$TOOLS/bin"
-# A test whose dependency is missing fails instead of skipping (the setup
-# scripts below read it too).
-export AGENTPLANE_TEST_STRICT=1
-
-step() { printf '\n=== %s\n' "$*"; }
-
-install_go_tool() { # name module@version
-  if [ ! -x "$TOOLS/bin/$1" ]; then
-    step "installing $1 ($2) into $TOOLS/bin"
-    GOBIN="$TOOLS/bin" go install "$2"
-  fi
-}
-install_go_tool staticcheck honnef.co/go/tools/cmd/staticcheck@v0.8.2
-
-# npm tools at the versions pinned in scripts/npm/package-lock.json (the
-# OpenAPI linter), installed with npm ci into $TOOLS/npm; a changed lockfile
-# reinstalls them.
-lock_sum="$(sha256sum scripts/npm/package-lock.json | cut -d' ' -f1)"
-if [ "$(cat "$TOOLS/npm/.lock-sha256" 2>/dev/null)" != "$lock_sum" ]; then
-  step "installing npm test tools (scripts/npm) into $TOOLS/npm"
-  mkdir -p "$TOOLS/npm"
-  cp scripts/npm/package.json scripts/npm/package-lock.json "$TOOLS/npm/"
-  (cd "$TOOLS/npm" && npm ci --no-audit --no-fund --silent)
-  echo "$lock_sum" > "$TOOLS/npm/.lock-sha256"
-fi
-export PATH="$TOOLS/npm/node_modules/.bin:$PATH"
-
-# Sandboxes: bubblewrap, setpriv, python3, runc, a static runsc and the
-# sandbox guest (scripts/sandboxes.sh; exports AGENTPLANE_RUNSC).
-. scripts/sandboxes.sh
-. scripts/setup-mcp.sh
-. scripts/setup-mcp-inspector.sh # the MCP Inspector CLI that checks agentplane mcp serve (exports AGENTPLANE_MCP_INSPECTOR)
-. scripts/setup-chromium.sh # the run viewer's browser tests (web/); exports AGENTPLANE_CHROMIUM
-. scripts/setup-otelcol.sh # a real OpenTelemetry Collector (exports AGENTPLANE_OTELCOL)
-. scripts/setup-s3.sh # versitygw, the S3-compatible server of the blob tests (exports AGENTPLANE_S3_SERVER)
-. scripts/setup-postgres.sh; trap pg_stop_test_cluster EXIT # PostgreSQL on loopback: AGENTPLANE_TEST_POSTGRES
-. scripts/setup-temporal.sh # the Temporal CLI for engine/temporal's dev server (exports AGENTPLANE_TEMPORAL_CLI)
-# A test whose external dependency is missing fails instead of skipping.
-export AGENTPLANE_TEST_STRICT=1
+. scripts/setup.sh
+trap pg_stop_test_cluster EXIT
 
 step "gofmt"
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"
