@@ -178,7 +178,7 @@ func (f *fixture) waitPending(user, id, tool string) api.Approval {
 			}
 		}
 		if store.Terminal(run.Status) || time.Now().After(deadline) {
-			f.t.Fatalf("run %s is %s, waiting for %+v; want an approval of %s", id, run.Status, run.PendingApprovals, tool)
+			f.t.Fatalf("run %s is %s (%s), waiting for %+v; want an approval of %s", id, run.Status, run.Output, run.PendingApprovals, tool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
