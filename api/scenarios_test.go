@@ -51,7 +51,7 @@ const editedRefund = `{"customer_id":"c_88213","transaction_id":"txn_1002","amou
 
 var cardDisputeScenarios = []scenario{
 	{"both approvals", func(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-		f := fixtureOf(t, s)
+		f := scenarioFixture(t, s)
 		id := f.startAsync(priya)
 		f.decide(meera, f.waitPending(priya, id, "issue_refund").ID, map[string]any{"decision": "approve"})
 		f.decide(meera, f.waitPending(priya, id, "send_email").ID, map[string]any{"decision": "approve"})
@@ -60,7 +60,7 @@ var cardDisputeScenarios = []scenario{
 	}},
 	{"crash mid-run", crashMidRun},
 	{"edit", func(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-		f := fixtureOf(t, s)
+		f := scenarioFixture(t, s)
 		id := f.startAsync(priya)
 		ap := f.waitPending(priya, id, "issue_refund")
 		f.decide(meera, ap.ID, map[string]any{"decision": "edit", "args": json.RawMessage(editedRefund), "comment": "partial refund"})
@@ -77,7 +77,7 @@ var cardDisputeScenarios = []scenario{
 		return s, id, store.StatusCompleted, bankEdited
 	}},
 	{"expiry", func(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-		f := fixtureOf(t, s)
+		f := scenarioFixture(t, s)
 		id := f.startAsync(priya)
 		ap := f.waitPending(priya, id, "issue_refund")
 		// A day passes on the engines' clock: the 24-hour approval expires.
@@ -90,7 +90,7 @@ var cardDisputeScenarios = []scenario{
 		return s, id, store.StatusCompleted, bankNoRefund
 	}},
 	{"cancel", func(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-		f := fixtureOf(t, s)
+		f := scenarioFixture(t, s)
 		id := f.startAsync(priya)
 		f.waitPending(priya, id, "issue_refund")
 		if r := f.do(priya, "POST", "/v1/runs/"+id+":cancel", map[string]any{"reason": "customer withdrew the complaint"}); r.status != http.StatusAccepted {
@@ -103,7 +103,7 @@ var cardDisputeScenarios = []scenario{
 		return s, id, store.StatusCancelled, bank.Counters{DisputesRaised: 1}
 	}},
 	{"replay", func(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-		f := fixtureOf(t, s)
+		f := scenarioFixture(t, s)
 		orig := f.startAsync(priya)
 		f.decide(meera, f.waitPending(priya, orig, "issue_refund").ID, map[string]any{"decision": "approve"})
 		f.decide(meera, f.waitPending(priya, orig, "send_email").ID, map[string]any{"decision": "approve"})
@@ -150,18 +150,18 @@ var cardDisputeScenarios = []scenario{
 // and after the refund was made while it waits for the e-mail approval.
 // The run completes and no effect is repeated.
 func crashMidRun(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-	f := fixtureOf(t, s)
+	f := scenarioFixture(t, s)
 	id := f.startAsync(priya)
 	f.waitPending(priya, id, "issue_refund")
 	s = restart(s)
-	f = fixtureOf(t, s)
+	f = scenarioFixture(t, s)
 	f.decide(meera, f.waitPending(priya, id, "issue_refund").ID, map[string]any{"decision": "approve"})
 	f.waitPending(priya, id, "send_email")
 	if ct, err := bankOf(s.Platform).CountersForRun(context.Background(), id); err != nil || ct.RefundsIssued != 1 {
 		t.Fatalf("bank before the second crash: %+v %v, want the refund made", ct, err)
 	}
 	s = restart(s)
-	f = fixtureOf(t, s)
+	f = scenarioFixture(t, s)
 	f.decide(meera, f.waitPending(priya, id, "send_email").ID, map[string]any{"decision": "approve"})
 	f.waitStatus(priya, id, store.StatusCompleted)
 	return s, id, store.StatusCompleted, bankApproved
@@ -259,6 +259,14 @@ func checkRun(t *testing.T, s *apitest.Server, id, status string, want bank.Coun
 	if ct != want {
 		t.Fatalf("bank for %s: %+v, want %+v", id, ct, want)
 	}
+}
+
+// scenarioFixture drives s with waits bounded for a loaded machine: the
+// table's twelve rows run at once.
+func scenarioFixture(t *testing.T, s *apitest.Server) *fixture {
+	f := fixtureOf(t, s)
+	f.wait = 3 * time.Minute
+	return f
 }
 
 // decisionOf returns the log's decision of the approval.
