@@ -33,7 +33,7 @@ func TestConnectorsAPI(t *testing.T) {
 	hp := strings.TrimPrefix(mcpSrv.URL, "http://")
 
 	st := apitest.Start(t, apitest.Options{Platform: func(o *platform.Options) { o.MCP.AllowLoopback = true }}) // test-only
-	f := &fixture{t: t, dir: st.Dir, p: st.Platform, srv: st.API, http: st.HTTP, clock: st.Clock, keys: st.Keys}
+	f := fixtureOf(t, st)
 
 	admin := []string{"Authorization", "Bearer " + f.adminKey(apitest.BankTenant, priya)}
 	if r := f.do(priya, "GET", "/v1/connectors/crm/diff", nil); r.status != http.StatusForbidden {
@@ -90,7 +90,7 @@ func TestConnectorOAuthAPI(t *testing.T) {
 	as := oauthtest.NewAuthServer(t, oauthtest.NewClock(time.Now()))
 	crm := oauthtest.NewResourceServer(t, as, "crm")
 	st := apitest.Start(t, apitest.Options{Platform: func(o *platform.Options) { o.MCP.AllowLoopback = true }}) // test-only
-	f := &fixture{t: t, dir: st.Dir, p: st.Platform, srv: st.API, http: st.HTTP, clock: st.Clock, keys: st.Keys}
+	f := fixtureOf(t, st)
 	admin := []string{"Authorization", "Bearer " + f.adminKey(apitest.BankTenant, priya)}
 	host := func(raw string) string { u, _ := url.Parse(raw); return u.Host }
 	add := map[string]any{"connector": map[string]any{"name": "crm", "transport": "http", "endpoint": crm.URL, "auth": "oauth",

@@ -38,6 +38,8 @@ type fixture struct {
 	http  *httptest.Server
 	clock *apitest.Clock
 	keys  map[string]string // user -> API key with every scope
+	// wait bounds waitStatus and waitPending (default 30 s).
+	wait time.Duration
 }
 
 type fixtureOptions struct {
@@ -59,7 +61,7 @@ func (fo fixtureOptions) apitest() apitest.Options {
 
 // fixtureOf drives a started demo API.
 func fixtureOf(t testing.TB, s *apitest.Server) *fixture {
-	return &fixture{t: t, dir: s.Dir, p: s.Platform, srv: s.API, http: s.HTTP, clock: s.Clock, keys: s.Keys}
+	return &fixture{t: t, dir: s.Dir, p: s.Platform, srv: s.API, http: s.HTTP, clock: s.Clock, keys: s.Keys, wait: 30 * time.Second}
 }
 
 // response is an HTTP answer read whole.
@@ -151,7 +153,7 @@ func (f *fixture) getRun(user, id string) api.Run {
 // waitStatus polls until the run has one of the statuses.
 func (f *fixture) waitStatus(user, id string, statuses ...string) api.Run {
 	f.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(f.wait)
 	for {
 		run := f.getRun(user, id)
 		for _, s := range statuses {
@@ -160,7 +162,7 @@ func (f *fixture) waitStatus(user, id string, statuses ...string) api.Run {
 			}
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("run %s is %s after 30s, want %v", id, run.Status, statuses)
+			f.t.Fatalf("run %s is %s after %v, want %v", id, run.Status, f.wait, statuses)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -169,7 +171,7 @@ func (f *fixture) waitStatus(user, id string, statuses ...string) api.Run {
 // waitPending polls until the run waits for an approval of tool.
 func (f *fixture) waitPending(user, id, tool string) api.Approval {
 	f.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(f.wait)
 	for {
 		run := f.getRun(user, id)
 		for _, a := range run.PendingApprovals {
@@ -178,7 +180,7 @@ func (f *fixture) waitPending(user, id, tool string) api.Approval {
 			}
 		}
 		if store.Terminal(run.Status) || time.Now().After(deadline) {
-			f.t.Fatalf("run %s is %s, waiting for %+v; want an approval of %s", id, run.Status, run.PendingApprovals, tool)
+			f.t.Fatalf("run %s is %s (%s), waiting for %+v; want an approval of %s", id, run.Status, run.Output, run.PendingApprovals, tool)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

