@@ -80,22 +80,28 @@ func registerSteps(acts *stepActivity) func(worker.Worker) {
 	}
 }
 
-// TestContinueAsNew2000: a workflow of 2,000 sequential activities (about
-// 12,000 history events in one run, past Temporal's 10,240-event warning)
-// completes under the default policy by continuing as new under the same
-// workflow id, and no run's history, fetched from the server, reaches the
-// warning.
-func TestContinueAsNew2000(t *testing.T) {
-	if testing.Short() {
-		t.Skip("2,000 activities on a dev server: about a minute")
-	}
-	const total = 2000
+// TestContinueAsNewPolicy: a workflow of sequential activities under a
+// policy with small bounds continues as new under the same workflow id each
+// time its history reaches the bound, and completes with every result
+// folded in. Each run's history, fetched from the server, stays within the
+// bound plus the one step in flight; the chain of runs is followed by the
+// continued-as-new event that ends each. (The engine's own 2,000-step run
+// under the default policy is TestLongRunContinuesAsNew.)
+func TestContinueAsNewPolicy(t *testing.T) {
+	const (
+		total = 40
+		// One activity adds six events (scheduled, started, completed and
+		// the workflow task's three), so a run holds about eight steps.
+		maxEvents = 50
+		inFlight  = 6
+	)
+	policy := ContinueAsNewPolicy{MaxEvents: maxEvents, MaxBytes: 1 << 20}
 	_, c := devServer(t, client.Options{})
 	acts := &stepActivity{}
 	q := startWorker(t, c, registerSteps(acts))
-	const id = "steps-2000"
+	const id = "steps-small-policy"
 	var final StepsState
-	first, err := execute(t, c, q, id, &final, stepsWorkflow, StepsState{Total: total})
+	first, err := execute(t, c, q, id, &final, stepsWorkflow, StepsState{Total: total, Policy: policy})
 	if err != nil {
 		t.Fatalf("workflow: %v", err)
 	}
@@ -107,19 +113,16 @@ func TestContinueAsNew2000(t *testing.T) {
 		t.Fatalf("final state %+v; want %d steps with digest %s", final, total, want)
 	}
 
-	// Follow the chain of runs from the first, by the continued-as-new
-	// event that ends each.
 	runID, runs, completed := first, 0, 0
 	for runID != "" {
 		runs++
 		h := historyOf(t, c, id, runID)
 		info := describeRun(t, c, id, runID)
-		t.Logf("run %d (%s): %d events, %d bytes", runs, runID, info.GetHistoryLength(), info.GetHistorySizeBytes())
 		if int64(len(h.Events)) != info.GetHistoryLength() {
 			t.Errorf("run %s: fetched %d events, server counts %d", runID, len(h.Events), info.GetHistoryLength())
 		}
-		if info.GetHistoryLength() >= HistoryWarnEvents || info.GetHistorySizeBytes() >= HistoryWarnBytes {
-			t.Errorf("run %s reached Temporal's history warning: %d events, %d bytes", runID, info.GetHistoryLength(), info.GetHistorySizeBytes())
+		if n := info.GetHistoryLength(); n > maxEvents+inFlight {
+			t.Errorf("run %s: %d events, past the policy's %d and the step in flight", runID, n, maxEvents)
 		}
 		runID = ""
 		for _, ev := range h.Events {
@@ -131,8 +134,9 @@ func TestContinueAsNew2000(t *testing.T) {
 			}
 		}
 	}
-	if runs < 3 || runs != final.Runs {
-		t.Errorf("%d runs in the chain, the state counted %d; want at least 3 (12,000 events at 4,000 a run)", runs, final.Runs)
+	// 40 steps of 6 events at 50 events a run: at least 4 runs.
+	if runs < 4 || runs != final.Runs {
+		t.Errorf("%d runs in the chain, the state counted %d; want at least 4", runs, final.Runs)
 	}
 	if completed != total {
 		t.Errorf("%d activities completed across the runs, want %d", completed, total)
