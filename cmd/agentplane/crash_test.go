@@ -95,6 +95,14 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		t.Fatal("the script did not report its kills")
 	}
 
+	checkDataDir(t, data, n, example, agentRef, approver, w)
+}
+
+// checkDataDir opens the data directory a crash test's processes left
+// (with the embedded engine: nothing runs there any more) and checks its n
+// runs (checkRecorded).
+func checkDataDir(t *testing.T, data string, n int, example, agentRef, approver string, w crashWorld) {
+	t.Helper()
 	ctx := context.Background()
 	world := w.open(t, data)
 	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{world}, DataDir: data, ModelsFile: filepath.Join(data, "demo", "models.yaml")})

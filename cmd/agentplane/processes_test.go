@@ -42,14 +42,22 @@ func processRuns(t *testing.T, def int) int {
 	if *processRunsFlag > 0 {
 		return *processRunsFlag
 	}
-	if v := os.Getenv("AGENTPLANE_PROCESS_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100_000 {
-			t.Fatalf("AGENTPLANE_PROCESS_RUNS=%q: want a number of runs from 1 to 100000", v)
-		}
-		return n
+	return envCount(t, "AGENTPLANE_PROCESS_RUNS", def, 1)
+}
+
+// envCount is the number from lo to 100000 in the environment variable
+// name, else def.
+func envCount(t *testing.T, name string, def, lo int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > 100_000 {
+		t.Fatalf("%s=%q: want a number from %d to 100000", name, v, lo)
+	}
+	return n
 }
 
 // TestThreeProcessesPostgres runs three `agentplane serve` processes on one
