@@ -35,9 +35,10 @@ const (
 // demo runs started with `agentplane run --detach` while no worker lives,
 // their approvals decided with `agentplane approve` whenever they wait
 // (the worker alive or dead), and the `agentplane worker` process
-// SIGKILLed at random points (seeded: AGENTPLANE_CRASH_SEED, logged) and
-// restarted, AGENTPLANE_CRASH_KILLS times (default 16), after which the
-// last worker finishes the runs. Then checkDataDir: every run completed
+// SIGKILLed at random points (0.5 to 5 s into its life; seeded:
+// AGENTPLANE_CRASH_SEED, logged) and restarted, until every run has
+// completed or it was killed AGENTPLANE_CRASH_KILLS times (default 30),
+// after which the last worker finishes the runs. Then checkDataDir: every run completed
 // once, every chain verifies, a deterministic re-run reproduces every log,
 // and the bank counts exactly one dispute, one refund and one e-mail per
 // run. The test logs how many kills landed while the server held an
@@ -47,7 +48,7 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 		t.Skip("crash test builds the binary and runs a Temporal dev server; skipped with -short")
 	}
 	n := envCount(t, "AGENTPLANE_CRASH_RUNS", 50, 1)
-	maxKills := envCount(t, "AGENTPLANE_CRASH_KILLS", 16, 0)
+	maxKills := envCount(t, "AGENTPLANE_CRASH_KILLS", 30, 0)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("AGENTPLANE_CRASH_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -62,7 +63,7 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 	srv := temporaltest.Start(t, temporaltest.Options{})
 	tc := srv.Client(t, client.Options{})
 	dir := t.TempDir()
-	c := &crashCLI{bin: buildBinary(t, dir), data: filepath.Join(dir, "data")}
+	c := &crashCLI{bin: buildBinary(t), data: filepath.Join(dir, "data")}
 	c.env = append(os.Environ(), "AGENTPLANE_DATA="+c.data,
 		"AGENTPLANE_ENGINE=temporal://"+srv.HostPort+"?namespace="+temporaltest.Namespace+"&task_queue=crash")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -80,27 +81,16 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 
 	// Every run is started while no worker lives.
 	ids := make([]string, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Go(func() {
-			out, err := c.run(ctx, "run", crashAgent+"@prod", "--detach", "--models", models,
-				"--user", crashUser, "--tenant", crashTenant, "--task", crashTask)
-			ids[i] = strings.TrimSpace(out)
-			errs <- err
-		})
-		if i%4 == 3 {
-			wg.Wait()
-		}
+	if err := fourAtOnce(n, func(i int) error {
+		out, err := c.run(ctx, "run", crashAgent+"@prod", "--detach", "--models", models,
+			"--user", crashUser, "--tenant", crashTenant, "--task", crashTask)
+		ids[i] = strings.TrimSpace(out)
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("%d runs started with no worker in %v", n, time.Since(began).Round(time.Millisecond))
+	t.Logf("%d runs started with no worker (dev server, build and starts took %v)", n, time.Since(began).Round(time.Millisecond))
+	began = time.Now()
 
 	// The approver decides whatever waits, whether a worker lives or not,
 	// until every run has ended.
@@ -109,7 +99,7 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 	var deciderErr error
 	go func() {
 		defer close(done)
-		decided, deciderErr = c.decideUntilEnded(ctx, n)
+		decided, deciderErr = c.decideUntilEnded(ctx, tc, ids)
 	}()
 
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -131,7 +121,7 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 			}
 			break
 		}
-		life := 300*time.Millisecond + time.Duration(rng.Int64N(int64(2700*time.Millisecond)))
+		life := 500*time.Millisecond + time.Duration(rng.Int64N(int64(4500*time.Millisecond)))
 		select {
 		case <-time.After(life):
 		case <-done:
@@ -158,16 +148,23 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 	if deciderErr != nil {
 		t.Fatal(deciderErr)
 	}
-	elapsed := time.Since(began)
-	t.Logf("worker started %d times, SIGKILLed %d times, %d of the kills with an activity in flight; %d approvals decided; %d runs ended in %v",
-		starts, kills, inFlight, decided, n, elapsed.Round(time.Millisecond))
+	t.Logf("worker started %d times, SIGKILLed %d times, %d of the kills with an activity in flight; %d approvals decided; %d runs ended %v after the first worker started",
+		starts, kills, inFlight, decided, n, time.Since(began).Round(time.Millisecond))
 	if kills == 0 || inFlight == 0 {
 		t.Errorf("%d kills, %d with an activity in flight: the test did not crash the worker mid-activity", kills, inFlight)
 	}
 	if decided != 2*n {
 		t.Errorf("%d approvals decided, want 2 per run (%d)", decided, 2*n)
 	}
+	hc, err := closedOnce(ctx, tc, ids)
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("on temporal: %d history events, %d activities, %d activity attempts retried, %d workflow tasks timed out (their worker was killed)",
+		hc.events, hc.activities, hc.retried, hc.timedOut)
+	began = time.Now()
 	checkDataDir(t, c.data, n, "card-dispute", crashAgent+"@prod", crashApprover, bankWorld)
+	t.Logf("checks took %v", time.Since(began).Round(time.Millisecond))
 }
 
 // crashCLI runs the built agentplane binary on one data directory and
@@ -190,47 +187,127 @@ func (c *crashCLI) run(ctx context.Context, args ...string) (string, error) {
 }
 
 // decideUntilEnded approves every approval that waits, as crashtest.sh
-// does, until all n runs have ended; it returns how many it decided.
-func (c *crashCLI) decideUntilEnded(ctx context.Context, n int) (int, error) {
-	seen := map[string]bool{}
+// does (several at once), until the workflows of all the runs ids have
+// completed; it returns how many approvals it decided. A workflow that
+// closes otherwise ends it with an error.
+func (c *crashCLI) decideUntilEnded(ctx context.Context, tc client.Client, ids []string) (int, error) {
+	seen, completed := map[string]bool{}, map[string]bool{}
 	for {
 		out, err := c.run(ctx, "approvals")
 		if err != nil {
 			return len(seen), err
 		}
+		var fresh []string
 		for _, line := range tableRows(out) {
-			id := strings.Fields(line)[0]
-			if seen[id] {
-				continue
+			if id := strings.Fields(line)[0]; !seen[id] {
+				fresh = append(fresh, id)
 			}
-			if _, err := c.run(ctx, "approve", id, "--as", crashApprover, "--comment", "crash test"); err != nil {
-				return len(seen), err
-			}
-			seen[id] = true
 		}
-		out, err = c.run(ctx, "runs")
-		if err != nil {
+		if err := fourAtOnce(len(fresh), func(i int) error {
+			_, err := c.run(ctx, "approve", fresh[i], "--as", crashApprover, "--comment", "crash test")
+			return err
+		}); err != nil {
 			return len(seen), err
 		}
-		ended := 0
-		for _, line := range tableRows(out) {
-			switch f := strings.Fields(line); f[2] {
-			case "completed":
-				ended++
-			case "queued", "running", "waiting":
+		for _, id := range fresh {
+			seen[id] = true
+		}
+		open := 0
+		for _, id := range ids {
+			if completed[id] {
+				continue
+			}
+			d, err := tc.DescribeWorkflow(ctx, id, "")
+			if err != nil {
+				return len(seen), fmt.Errorf("describe run %s: %w", id, err)
+			}
+			switch st := d.RawResponse.GetWorkflowExecutionInfo().GetStatus(); st {
+			case enums.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+				completed[id] = true
+			case enums.WORKFLOW_EXECUTION_STATUS_RUNNING:
+				open++
 			default:
-				return len(seen), fmt.Errorf("run %s ended %s:\n%s", f[0], f[2], out)
+				runs, _ := c.run(ctx, "runs")
+				return len(seen), fmt.Errorf("the workflow of run %s closed %s:\n%s", id, st, runs)
 			}
 		}
-		if ended == n {
+		if open == 0 {
 			return len(seen), nil
 		}
 		select {
 		case <-ctx.Done():
-			return len(seen), fmt.Errorf("%d of %d runs ended before the deadline: %w\n%s", ended, n, ctx.Err(), out)
-		case <-time.After(200 * time.Millisecond):
+			runs, _ := c.run(context.Background(), "runs")
+			return len(seen), fmt.Errorf("%d of %d runs still open at the deadline: %w\n%s", open, len(ids), ctx.Err(), runs)
+		case <-time.After(500 * time.Millisecond):
+			// Each look starts a process: on a loaded machine, more often
+			// takes CPU from the worker.
 		}
 	}
+}
+
+// fourAtOnce calls fn(0) to fn(n-1), four at a time, and returns the
+// first error.
+func fourAtOnce(n int, fn func(i int) error) error {
+	sem := make(chan struct{}, 4)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs <- fn(i)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// historyCounts are counted over the histories of a test's runs.
+type historyCounts struct {
+	events, activities, retried, timedOut int
+}
+
+// closedOnce checks that the workflow of every run ids closed completed,
+// in one execution, and counts in their histories the events, the
+// activities, the activity attempts retried and the workflow tasks that
+// timed out.
+func closedOnce(ctx context.Context, tc client.Client, ids []string) (hc historyCounts, err error) {
+	for _, id := range ids {
+		it := tc.GetWorkflowHistory(ctx, id, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		closed := 0
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				return hc, fmt.Errorf("history of run %s: %w", id, err)
+			}
+			hc.events++
+			switch ev.GetEventType() {
+			case enums.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+				hc.activities++
+			case enums.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+				if ev.GetActivityTaskStartedEventAttributes().GetAttempt() > 1 {
+					hc.retried++
+				}
+			case enums.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+				hc.timedOut++
+			case enums.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+				closed++
+			case enums.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED, enums.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+				enums.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT, enums.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+				return hc, fmt.Errorf("run %s: its workflow closed %s", id, ev.GetEventType())
+			}
+		}
+		if closed != 1 {
+			return hc, fmt.Errorf("run %s: its workflow completed %d times", id, closed)
+		}
+	}
+	return hc, nil
 }
 
 // tableRows are the non-empty rows of a table the CLI printed, without

@@ -105,7 +105,7 @@ func BenchmarkProcesses(b *testing.B) {
 			b.Fatalf("AGENTPLANE_BENCH_RUNS=%q: want a number of runs from 1 to 100000", v)
 		}
 	}
-	bin := buildBinary(b, b.TempDir())
+	bin := buildBinary(b)
 	for _, procs := range []int{1, 3} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
 			var total, cpu time.Duration
@@ -176,7 +176,7 @@ type clusterOptions struct {
 // once, every chain verifies, re-running each log reproduces it, and the
 // bank holds exactly one dispute, one refund and one e-mail per run.
 func exerciseCluster(t *testing.T, o clusterOptions) {
-	bin := buildBinary(t, t.TempDir())
+	bin := buildBinary(t)
 	cl := setupCluster(t, bin, o)
 	c, data, models := cl.c, cl.data, cl.models
 
