@@ -66,7 +66,7 @@ func TestCrashSIGKILLTemporal(t *testing.T) {
 	c := &crashCLI{bin: buildBinary(t), data: filepath.Join(dir, "data")}
 	c.env = append(os.Environ(), "AGENTPLANE_DATA="+c.data,
 		"AGENTPLANE_ENGINE=temporal://"+srv.HostPort+"?namespace="+temporaltest.Namespace+"&task_queue=crash")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if _, err := c.run(ctx, "demo", "--example", "card-dispute", "--setup-only", "--data", c.data); err != nil {
 		t.Fatal(err)
