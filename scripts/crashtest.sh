@@ -11,6 +11,11 @@
 #                                         service desk must reset one MFA
 #                                         and post one reply per run; the Go
 #                                         test checks its counters)
+#
+# The Go tests run it: go test -run 'TestCrashSIGKILL$' ./cmd/agentplane/
+# (which also checks every log in depth). The same crash test on the
+# Temporal engine (a dev server, `agentplane worker --engine temporal://...`
+# killed and restarted) is TestCrashSIGKILLTemporal in that package, in Go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

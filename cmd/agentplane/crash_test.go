@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/agentplane/agentplane/catalog"
@@ -82,7 +83,7 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		t.Skipf("crash test builds the binary and runs %d runs; skipped with -short", n)
 	}
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := buildBinary(t)
 	data := filepath.Join(dir, "data")
 	cmd := exec.Command("bash", "../../scripts/crashtest.sh")
 	cmd.Env = append(os.Environ(), "AGENTPLANE_BIN="+bin, "DATA="+data, fmt.Sprintf("RUNS=%d", n), "EXAMPLE="+example)
@@ -95,6 +96,14 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 		t.Fatal("the script did not report its kills")
 	}
 
+	checkDataDir(t, data, n, example, agentRef, approver, w)
+}
+
+// checkDataDir opens the data directory a crash test's processes left
+// (with the embedded engine: nothing runs there any more) and checks its n
+// runs (checkRecorded).
+func checkDataDir(t *testing.T, data string, n int, example, agentRef, approver string, w crashWorld) {
+	t.Helper()
 	ctx := context.Background()
 	world := w.open(t, data)
 	p, err := platform.Open(ctx, platform.Options{Tools: []catalog.Registrar{world}, DataDir: data, ModelsFile: filepath.Join(data, "demo", "models.yaml")})
@@ -112,14 +121,42 @@ func crashTest(t *testing.T, example string, n int, agentRef, approver string, w
 	checkRecorded(t, p, world, w, example, recorded, agentRef, approver)
 }
 
-// buildBinary builds agentplane into dir and returns its path.
-func buildBinary(t testing.TB, dir string) string {
+// builtBinary is the agentplane binary the tests of this package run,
+// built once per test binary (a link takes tens of seconds on a loaded
+// machine) into a directory TestMain removes.
+var builtBinary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// buildBinary returns the path of the agentplane binary, building it the
+// first time.
+func buildBinary(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(dir, "agentplane")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	b := &builtBinary
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "agentplane-bin-"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, "agentplane")
+		if out, err := exec.Command("go", "build", "-o", b.path, ".").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return bin
+	return b.path
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtBinary.dir != "" {
+		os.RemoveAll(builtBinary.dir)
+	}
+	os.Exit(code)
 }
 
 // checkRecorded checks the runs a crash (or many-process) test left in

@@ -42,14 +42,22 @@ func processRuns(t *testing.T, def int) int {
 	if *processRunsFlag > 0 {
 		return *processRunsFlag
 	}
-	if v := os.Getenv("AGENTPLANE_PROCESS_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100_000 {
-			t.Fatalf("AGENTPLANE_PROCESS_RUNS=%q: want a number of runs from 1 to 100000", v)
-		}
-		return n
+	return envCount(t, "AGENTPLANE_PROCESS_RUNS", def, 1)
+}
+
+// envCount is the number from lo to 100000 in the environment variable
+// name, else def.
+func envCount(t *testing.T, name string, def, lo int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > 100_000 {
+		t.Fatalf("%s=%q: want a number from %d to 100000", name, v, lo)
+	}
+	return n
 }
 
 // TestThreeProcessesPostgres runs three `agentplane serve` processes on one
@@ -97,7 +105,7 @@ func BenchmarkProcesses(b *testing.B) {
 			b.Fatalf("AGENTPLANE_BENCH_RUNS=%q: want a number of runs from 1 to 100000", v)
 		}
 	}
-	bin := buildBinary(b, b.TempDir())
+	bin := buildBinary(b)
 	for _, procs := range []int{1, 3} {
 		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
 			var total, cpu time.Duration
@@ -168,7 +176,7 @@ type clusterOptions struct {
 // once, every chain verifies, re-running each log reproduces it, and the
 // bank holds exactly one dispute, one refund and one e-mail per run.
 func exerciseCluster(t *testing.T, o clusterOptions) {
-	bin := buildBinary(t, t.TempDir())
+	bin := buildBinary(t)
 	cl := setupCluster(t, bin, o)
 	c, data, models := cl.c, cl.data, cl.models
 

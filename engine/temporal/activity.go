@@ -68,7 +68,8 @@ func IsNonRetryable(err error) bool {
 // ActivityPolicy is how long one kind of activity may take and how it is
 // retried. A zero StartToClose, InitialInterval, BackoffCoefficient or
 // MaxInterval takes ModelCallPolicy's; a zero ScheduleToClose, Heartbeat or
-// MaxAttempts means none.
+// MaxAttempts means none (without Heartbeat, an attempt on a worker that
+// died is retried only after StartToClose).
 type ActivityPolicy struct {
 	// StartToClose bounds one attempt.
 	StartToClose time.Duration
@@ -87,13 +88,20 @@ type ActivityPolicy struct {
 	MaxAttempts        int32
 }
 
+// DeadWorkerTimeout is the heartbeat timeout of every activity but a
+// tool's: how long an attempt whose worker died (SIGKILL, a lost machine)
+// goes unnoticed before the server retries it. Without a heartbeat timeout
+// the server waits for the attempt's start-to-close timeout, minutes.
+const DeadWorkerTimeout = 10 * time.Second
+
 // ModelCallPolicy is the policy of a model call: five minutes an attempt
-// (a long generation), backoff from 1 s doubling to 1 minute, 8 attempts
-// within 30 minutes.
+// (a long generation), a dead worker noticed after DeadWorkerTimeout,
+// backoff from 1 s doubling to 1 minute, 8 attempts within 30 minutes.
 func ModelCallPolicy() ActivityPolicy {
 	return ActivityPolicy{
 		StartToClose:       5 * time.Minute,
 		ScheduleToClose:    30 * time.Minute,
+		Heartbeat:          DeadWorkerTimeout,
 		InitialInterval:    time.Second,
 		BackoffCoefficient: 2,
 		MaxInterval:        time.Minute,
@@ -163,8 +171,9 @@ func (p ActivityPolicy) Options(taskQueue string) (workflow.ActivityOptions, err
 }
 
 // Heartbeat runs fn while heartbeating the activity of ctx every interval
-// (0: a third of the activity's heartbeat timeout, or 10 s without one),
-// so that the server knows the attempt is alive and can deliver a
+// (0: a third of the activity's heartbeat timeout, or 10 s without one;
+// the first beat one interval in, so that an activity shorter than that
+// costs no heartbeat call), so that the server knows the attempt is alive and can deliver a
 // cancellation: the SDK cancels fn's context when the workflow cancels the
 // activity or the heartbeat times out, and fn must return when it does.
 // detail, when not nil, is called for the details of each heartbeat (the
@@ -193,7 +202,6 @@ func Heartbeat[T any](ctx context.Context, interval time.Duration, detail func()
 			activity.RecordHeartbeat(ctx)
 		}
 	}
-	beat()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {

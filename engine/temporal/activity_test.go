@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/agentplane/agentplane/engine"
 )
 
 func TestHTTPErrorClasses(t *testing.T) {
@@ -41,6 +43,17 @@ func TestActivityPolicyOptions(t *testing.T) {
 	}
 	if !slices.Contains(o.RetryPolicy.NonRetryableErrorTypes, ErrorTypeNonRetryable) {
 		t.Errorf("retry policy %+v does not list %s", o.RetryPolicy, ErrorTypeNonRetryable)
+	}
+	// An attempt on a worker that died is retried after the heartbeat
+	// timeout, not after minutes of start-to-close.
+	for name, p := range map[string]ActivityPolicy{"model call": ModelCallPolicy(), "default": DefaultPolicy(engine.RetryPolicy{})} {
+		o, err := p.Options("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.HeartbeatTimeout != DeadWorkerTimeout || o.StartToCloseTimeout <= DeadWorkerTimeout {
+			t.Errorf("%s: heartbeat timeout %v, start-to-close %v; want a dead worker noticed after %v", name, o.HeartbeatTimeout, o.StartToCloseTimeout, DeadWorkerTimeout)
+		}
 	}
 	for name, p := range map[string]ActivityPolicy{
 		"backoff":   {BackoffCoefficient: 0.5},

@@ -66,8 +66,8 @@ type Options struct {
 const DeadlockDetection = 10 * time.Second
 
 // DefaultPolicy is an activity policy retrying retryable errors as r says:
-// ten minutes an attempt, r.MaxAttempts attempts, backoff from r.Backoff
-// doubling to r.MaxBackoff.
+// ten minutes an attempt, a dead worker noticed after DeadWorkerTimeout,
+// r.MaxAttempts attempts, backoff from r.Backoff doubling to r.MaxBackoff.
 func DefaultPolicy(r engine.RetryPolicy) ActivityPolicy {
 	if r.MaxAttempts <= 0 {
 		r.MaxAttempts = 3
@@ -78,7 +78,7 @@ func DefaultPolicy(r engine.RetryPolicy) ActivityPolicy {
 	if r.MaxBackoff < r.Backoff {
 		r.MaxBackoff = max(r.Backoff, 5*time.Second)
 	}
-	return ActivityPolicy{StartToClose: 10 * time.Minute, InitialInterval: r.Backoff, BackoffCoefficient: 2,
+	return ActivityPolicy{StartToClose: 10 * time.Minute, Heartbeat: DeadWorkerTimeout, InitialInterval: r.Backoff, BackoffCoefficient: 2,
 		MaxInterval: r.MaxBackoff, MaxAttempts: int32(r.MaxAttempts)}
 }
 

@@ -246,9 +246,20 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// The transaction is immediate (_txlock): another process opening
+		// the same fresh directory at once may have applied this migration
+		// since the version was read above.
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
 			return err
+		}
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&ver); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("sqlite store %s: read schema version: %w", s.dir, err)
+		}
+		if n <= ver {
+			tx.Rollback()
+			continue
 		}
 		for _, stmt := range strings.Split(string(body), ";") {
 			if strings.TrimSpace(stmt) == "" {

@@ -566,3 +566,29 @@ func TestBlobKeyMismatchRefused(t *testing.T) {
 	s = openWith(t, Options{Dir: dir, BlobKey: testBlobKey})
 	s.Close()
 }
+
+// TestConcurrentFirstOpen: stores opened at once on one fresh directory
+// (the processes of a deployment starting together) all open: each
+// migration is applied by one of them, the others see it applied.
+func TestConcurrentFirstOpen(t *testing.T) {
+	dir := t.TempDir()
+	const n = 6
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			s, err := Open(context.Background(), Options{Dir: dir})
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
