@@ -310,7 +310,7 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.openEngine(ctx, o, es); err != nil {
+	if err := p.openEngine(ctx, o, es, blobKey); err != nil {
 		return fail(err)
 	}
 	if o.WrapEngine != nil {
