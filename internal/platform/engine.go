@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/worker"
+
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/engine/temporal"
 	"github.com/agentplane/agentplane/loop"
@@ -46,7 +48,8 @@ func (p *Platform) openEngine(ctx context.Context, o Options, es store.Store, bl
 		return err
 	}
 	e, err := temporal.New(temporal.Options{Client: cl, TaskQueue: cfg.TaskQueue, Store: es, Workflow: p.Loop.Workflow,
-		Activities: p.Loop.Activities(), Clock: o.Clock, Logger: o.Logger, Policy: loopPolicy})
+		Activities: p.Loop.Activities(), Clock: o.Clock, Logger: o.Logger, Policy: loopPolicy,
+		Worker: worker.Options{DeadlockDetectionTimeout: workflowTaskBound}})
 	if err != nil {
 		cl.Close()
 		return err
@@ -54,6 +57,13 @@ func (p *Platform) openEngine(ctx context.Context, o Options, es store.Store, bl
 	p.Engine, p.engineClose = e, cl.Close
 	return nil
 }
+
+// workflowTaskBound is how long the workflow code may run without yielding
+// before the SDK fails the task as deadlocked (its default is 1 s). The
+// workflow decodes each model reply (up to 1 MiB of text), read through
+// the payload codec from the blob store when it is over the codec's
+// threshold; on a loaded machine that alone took over a second.
+const workflowTaskBound = 10 * time.Second
 
 // temporalCodec is the codec that keeps the Temporal engine's large
 // payloads in the platform's blob store (scope temporal.PayloadTenant, sealed
