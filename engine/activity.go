@@ -141,6 +141,13 @@ type ActivityInfo struct {
 	Step     int
 	// Attempt counts from 1; above 1 the activity is being retried.
 	Attempt int
+	// Pending are the events recorded before this activity that its
+	// engine appends together with the activity's result: they are not in
+	// the store yet while the activity runs. The Temporal engine, whose
+	// activities may run in another process, hands them over; the
+	// embedded engine leaves them empty (its activities run in the loop's
+	// process and need none).
+	Pending []Event
 }
 
 type activityInfoKey struct{}

@@ -42,7 +42,9 @@ type StartInput struct {
 
 // ModelCallInput is the input of ActModelCall.
 type ModelCallInput struct {
-	Request *model.Request `json:"request"`
+	// Request is the prompt; nil when the activity rebuilds it from the
+	// run's log (Options.Log).
+	Request *model.Request `json:"request,omitempty"`
 	// PromptHash and PromptBytes are trace.PromptHash of Request, computed
 	// by the loop from its transcript (incrementally: see
 	// Transcript.PromptHash) rather than by encoding the whole request
@@ -279,10 +281,51 @@ func (a *Activities) Start(ctx context.Context, in StartInput) (trace.RunStarted
 	}, nil
 }
 
+// prompt rebuilds the request of a model call whose input carries only its
+// hash: from the run's log in Options.Log, followed by the events the
+// engine appends with this call's result, exactly as trace verify rebuilds
+// a recorded call's. A rebuilt prompt whose hash or size is not the loop's
+// is refused: the model is never sent anything but what the log will say
+// it was sent.
+func (a *Activities) prompt(ctx context.Context, in ModelCallInput) (*model.Request, error) {
+	if a.o.Log == nil {
+		return nil, engine.NonRetryable(errors.New("model call: the input carries no prompt and the loop has no log to rebuild it from"))
+	}
+	runID := in.Attribution.RunID
+	src := trace.SourceFor(a.o.Log, in.Attribution.Tenant)
+	evs, err := src.Events(ctx, runID, 0, 0)
+	if err != nil {
+		return nil, engine.Retryable(fmt.Errorf("model call: read the log of run %s: %w", runID, err))
+	}
+	if ai, ok := engine.ActivityInfoFrom(ctx); ok {
+		for _, p := range ai.Pending {
+			if n := len(evs); n > 0 && p.Seq <= evs[n-1].Seq {
+				continue
+			}
+			evs = append(evs, store.Event{RunID: runID, Seq: p.Seq, Type: p.Type, Step: p.Step, At: p.At, Payload: p.Payload})
+		}
+	}
+	req, err := trace.NextPrompt(ctx, src, evs, in.NoTools)
+	if err != nil {
+		return nil, engine.Retryable(fmt.Errorf("model call: rebuild the prompt of run %s from its log: %w", runID, err))
+	}
+	if hash, size := trace.PromptHash(req); hash != in.PromptHash || size != in.PromptBytes {
+		return nil, engine.NonRetryable(fmt.Errorf("model call: the prompt rebuilt from run %s's log (%s, %d bytes) is not the loop's (%s, %d bytes)",
+			runID, hash, size, in.PromptHash, in.PromptBytes))
+	}
+	return req, nil
+}
+
 // ModelCall asks the gateway. A failed call is a recorded result (the run
 // ends on it), not an activity error: the gateway already retried.
 func (a *Activities) ModelCall(ctx context.Context, in ModelCallInput) (trace.ModelCall, error) {
 	req := in.Request
+	if req == nil {
+		var err error
+		if req, err = a.prompt(ctx, in); err != nil {
+			return trace.ModelCall{}, err
+		}
+	}
 	mc := trace.ModelCall{Alias: in.Alias, Delta: in.Delta, PromptHash: in.PromptHash, PromptBytes: in.PromptBytes, NoTools: in.NoTools, Temperature: req.Temperature}
 	var res *model.CallResult
 	var err error

@@ -101,6 +101,16 @@ type Options struct {
 	// result reaches it as a handle plus preview (default 16384; a manifest's
 	// max_output_bytes lowers it).
 	MaxResultBytes int
+	// Log, when set, makes a model call activity's input carry the
+	// prompt's hash and size instead of the prompt: the activity rebuilds
+	// the prompt from the run's log in Log and the events its engine hands
+	// over as not yet appended (engine.ActivityInfo.Pending), and refuses
+	// one whose hash is not the loop's. For engines that keep activity
+	// inputs (Temporal keeps them in the workflow's history): the
+	// transcript, which grows with every step, then never travels in them.
+	// Nil: the input carries the prompt (the embedded engine, whose
+	// activities run in the loop's process).
+	Log trace.Stores
 	// ReplaySpec returns the replay instructions stored for a new run, or
 	// nil when the run is not a replay. Called once, when the run starts.
 	ReplaySpec func(ctx context.Context, runID string) (*trace.ReplayInfo, error)
@@ -521,8 +531,11 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 				MaxCost: st.budgets.MaxCost, UsedCost: model.Money{Micros: st.cost, Currency: st.budgets.MaxCost.Currency},
 				CostUnknown: st.costUnknown}
 		}
-		ev, err = st.env.Execute(ctx, engine.Call{Activity: ActModelCall, Event: trace.EvModelCall, Step: step, Durability: engine.Buffered,
-			Input: ModelCallInput{Request: req, PromptHash: hash, PromptBytes: size, Delta: delta, NoTools: noTools, Alias: st.started.ModelAlias, Attribution: attr, Currency: st.budgets.MaxCost.Currency}})
+		in := ModelCallInput{Request: req, PromptHash: hash, PromptBytes: size, Delta: delta, NoTools: noTools, Alias: st.started.ModelAlias, Attribution: attr, Currency: st.budgets.MaxCost.Currency}
+		if l.o.Log != nil {
+			in.Request = nil // rebuilt by the activity from the log
+		}
+		ev, err = st.env.Execute(ctx, engine.Call{Activity: ActModelCall, Event: trace.EvModelCall, Step: step, Durability: engine.Buffered, Input: in})
 	}
 	if err != nil {
 		return nil, err

@@ -346,34 +346,68 @@ func RunBlobs(evs []store.Event) ([][32]byte, error) {
 	return out, nil
 }
 
+// NextPrompt rebuilds, from a log that ends before a model call, the
+// request that call sends (the run's temperature included): what the
+// loop's transcript holds at that point, as Prompts would rebuild it once
+// the call is recorded.
+func NextPrompt(ctx context.Context, src Source, evs []store.Event, noTools bool) (*model.Request, error) {
+	tr, rs, err := logTranscript(ctx, src, evs)
+	if err != nil {
+		return nil, err
+	}
+	for i := range evs {
+		if ErasureOf(&evs[i]) != "" {
+			continue
+		}
+		if evs[i].Type == EvModelCall {
+			tr.TakeDelta()
+		}
+		if err := tr.Add(&evs[i]); err != nil {
+			return nil, err
+		}
+	}
+	req := tr.Request(noTools)
+	req.Temperature = rs.Temperature
+	return req, nil
+}
+
+// logTranscript starts the transcript of a log from its run_started
+// event (the system prompt and tool definitions loaded from src).
+func logTranscript(ctx context.Context, src Source, evs []store.Event) (*Transcript, *RunStarted, error) {
+	if len(evs) == 0 || evs[0].Type != EvRunStarted {
+		return nil, nil, errors.New("log does not start with run_started")
+	}
+	var rs RunStarted
+	if err := json.Unmarshal(evs[0].Payload, &rs); err != nil {
+		return nil, nil, err
+	}
+	load := loadShown(func(c Content) ([]byte, error) { return Load(ctx, src, c) })
+	sys, err := load(rs.System)
+	if err != nil {
+		return nil, nil, fmt.Errorf("system prompt: %w", err)
+	}
+	var defs []model.ToolDef
+	defsJSON, err := Load(ctx, src, rs.ToolDefs)
+	if _, removed := RemovedNote(err); err != nil && !removed {
+		return nil, nil, fmt.Errorf("tool definitions: %w", err)
+	}
+	if err == nil && ErasureOf(&evs[0]) == "" {
+		if err := json.Unmarshal(defsJSON, &defs); err != nil {
+			return nil, nil, err
+		}
+	}
+	return NewTranscript(string(sys), defs, load), &rs, nil
+}
+
 // Prompts rebuilds, from the log alone, the exact request of every model
 // call and hands it to fn in order. A payload retention removed reads as
 // "[payload expired DATE]" (RemovedNote), so a rebuilt prompt shows where
 // the content was; its hash then no longer matches the recorded one.
 func Prompts(ctx context.Context, src Source, evs []store.Event, fn func(ev *store.Event, mc *ModelCall, req *model.Request) error) error {
-	if len(evs) == 0 || evs[0].Type != EvRunStarted {
-		return errors.New("log does not start with run_started")
-	}
-	var rs RunStarted
-	if err := json.Unmarshal(evs[0].Payload, &rs); err != nil {
+	tr, _, err := logTranscript(ctx, src, evs)
+	if err != nil {
 		return err
 	}
-	load := loadShown(func(c Content) ([]byte, error) { return Load(ctx, src, c) })
-	sys, err := load(rs.System)
-	if err != nil {
-		return fmt.Errorf("system prompt: %w", err)
-	}
-	var defs []model.ToolDef
-	defsJSON, err := Load(ctx, src, rs.ToolDefs)
-	if _, removed := RemovedNote(err); err != nil && !removed {
-		return fmt.Errorf("tool definitions: %w", err)
-	}
-	if err == nil && ErasureOf(&evs[0]) == "" {
-		if err := json.Unmarshal(defsJSON, &defs); err != nil {
-			return err
-		}
-	}
-	tr := NewTranscript(string(sys), defs, load)
 	for i := range evs {
 		ev := &evs[i]
 		if ErasureOf(ev) != "" {

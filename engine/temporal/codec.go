@@ -3,6 +3,7 @@ package temporal
 import (
 	"bytes"
 	"context"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -37,6 +38,32 @@ const (
 	// macContext separates the reference MAC from any other use of the key.
 	macContext = "agentplane temporal blob reference v1\x00"
 )
+
+// PayloadTenant is the blob-store scope (the tenant name given to
+// store.Blobs.Blobs) that a deployment's codec keeps Temporal payloads in.
+// Payloads are not a tenant's records: the API serves a run's blob only
+// when the platform recorded it in that run's log, which a payload never
+// is, so a tenant of this name sees none of them.
+const PayloadTenant = "agentplane.temporal-payloads"
+
+// codecKeyLabel separates the codec key from every other key derived from
+// the blob master key (store/blobcrypt derives tenant keys with its own).
+const codecKeyLabel = "agentplane temporal payload reference key v1"
+
+// CodecKey derives the key a deployment's BlobCodec authenticates
+// references with from its blob master key (32 bytes; HKDF-SHA256 with a
+// label of its own), so that every process holding the deployment's blob
+// key agrees on it and nothing else has to be distributed.
+func CodecKey(master []byte) ([]byte, error) {
+	if len(master) != 32 {
+		return nil, fmt.Errorf("temporal blob codec: the blob master key is %d bytes, want 32", len(master))
+	}
+	k, err := hkdf.Key(sha256.New, master, nil, codecKeyLabel, 32)
+	if err != nil {
+		return nil, fmt.Errorf("temporal blob codec: derive key: %w", err)
+	}
+	return k, nil
+}
 
 // BlobCodecOptions configure NewBlobCodec.
 type BlobCodecOptions struct {

@@ -14,7 +14,7 @@
 // replay read. A long run continues as new at a step boundary, carrying
 // only the log's head, and the new run re-runs the loop over the log.
 //
-// Also here: Config and ParseURL (temporal://HOST:PORT?namespace=N&task_queue=Q)
+// Also here: Config and ParseURL (URLForm: temporal://HOST:PORT?namespace=N&task_queue=Q, TLS and API key parameters)
 // and Dial; BlobCodec, a payload codec that keeps large payloads in
 // agentplane's blob store; ActivityPolicy and the error classes
 // (RetryableError, NonRetryableError, HTTPError); Heartbeat;

@@ -99,7 +99,11 @@ func (h *host) executeActivity(name string) func(ctx context.Context, in execute
 				return appended{}, NonRetryableError(fmt.Errorf("activity %q is not registered with this worker", name))
 			}
 			ai := activity.GetInfo(ctx)
-			actx := engine.WithActivityInfo(ctx, engine.ActivityInfo{RunID: in.Record.RunID, Activity: name, Step: in.Step, Attempt: int(ai.Attempt)})
+			info := engine.ActivityInfo{RunID: in.Record.RunID, Activity: name, Step: in.Step, Attempt: int(ai.Attempt)}
+			for i, ev := range in.Record.Events[:len(in.Record.Events)-1] {
+				info.Pending = append(info.Pending, engine.Event{Seq: in.Record.PrevSeq + 1 + int64(i), Type: ev.Type, Step: ev.Step, At: ev.At, Payload: ev.Payload})
+			}
+			actx := engine.WithActivityInfo(ctx, info)
 			payload, err := act.InvokeJSON(actx, in.Input)
 			if err != nil {
 				if ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/engine/temporal"
 	"github.com/agentplane/agentplane/loop"
@@ -13,12 +14,14 @@ import (
 )
 
 // EngineHelp says what an engine spec may be (flags and errors).
-const EngineHelp = "temporal://HOST:PORT?namespace=N&task_queue=Q for a Temporal server, or empty for the embedded engine on the run store"
+const EngineHelp = temporal.URLForm + " for a Temporal server (API key from " + temporal.APIKeyEnv + " or api_key_file, never in the URL), or empty for the embedded engine on the run store"
 
 // openEngine builds the engine o.Engine names over the loop and the
 // platform's store es: the embedded engine by default, or the Temporal
-// engine on the server a temporal:// URL names.
-func (p *Platform) openEngine(ctx context.Context, o Options, es store.Store) error {
+// engine on the server a temporal:// URL names. On Temporal every payload
+// over temporal.DefaultBlobThreshold travels by reference into es's blobs
+// (temporalCodec), authenticated under a key derived from blobKey.
+func (p *Platform) openEngine(ctx context.Context, o Options, es store.Store, blobKey []byte) error {
 	if o.Engine == "" {
 		emb, err := engine.NewEmbedded(engine.Options{Store: es, Workflow: p.Loop.Workflow, Activities: p.Loop.Activities(),
 			LeaseTTL: o.LeaseTTL, Clock: o.Clock, Logger: o.Logger})
@@ -35,7 +38,11 @@ func (p *Platform) openEngine(ctx context.Context, o Options, es store.Store) er
 	if err != nil {
 		return err
 	}
-	cl, err := temporal.Dial(ctx, cfg, temporal.DialOptions{})
+	codec, err := temporalCodec(es, blobKey)
+	if err != nil {
+		return err
+	}
+	cl, err := temporal.Dial(ctx, cfg, temporal.DialOptions{DataConverter: codec.NewDataConverter(), Getenv: o.Getenv})
 	if err != nil {
 		return err
 	}
@@ -47,6 +54,24 @@ func (p *Platform) openEngine(ctx context.Context, o Options, es store.Store) er
 	}
 	p.Engine, p.engineClose = e, cl.Close
 	return nil
+}
+
+// temporalCodec is the codec that keeps the Temporal engine's large
+// payloads in the platform's blob store (scope temporal.PayloadTenant, sealed
+// like every blob) under a key derived from the blob master key: every
+// process of a deployment holds that key already (AGENTPLANE_BLOB_KEY or
+// DATA/blob.key), so they all accept each other's references, and a
+// reference planted in the Temporal history by anyone without it is
+// refused.
+func temporalCodec(es store.Store, blobKey []byte) (*temporal.BlobCodec, error) {
+	if blobKey == nil {
+		return nil, fmt.Errorf("the Temporal engine authenticates payload references with a key derived from the blob master key, and this process has none (a PostgreSQL store keeping its key in the database): set %s to the same 32 bytes (base64 or hex) in every process of the deployment", BlobKeyEnv)
+	}
+	key, err := temporal.CodecKey(blobKey)
+	if err != nil {
+		return nil, err
+	}
+	return temporal.NewBlobCodec(temporal.BlobCodecOptions{Blobs: es.Blobs(temporal.PayloadTenant), Key: key})
 }
 
 // loopPolicy is how long each of the loop's activities may take on

@@ -302,7 +302,13 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if p.Sandboxes != nil {
 		ender = runEnder{p.Sandboxes.Manager}
 	}
-	p.Loop, err = loop.New(loop.Options{Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
+	var promptLog trace.Stores
+	if o.Engine != "" {
+		// Temporal keeps activity inputs in its history: prompts travel
+		// by hash, rebuilt from the log by the model call activity.
+		promptLog = st
+	}
+	p.Loop, err = loop.New(loop.Options{Log: promptLog, Sandboxes: ender, Resolve: p.resolve, Models: p.Models, Broker: p.Broker, Tools: st, Rates: p.Rates,
 		OnDelta: p.Deltas.publish, Approvers: p.Directory,
 		Blobs: st, ReplaySpec: func(ctx context.Context, runID string) (*trace.ReplayInfo, error) {
 			return engine.PendingReplay(ctx, st, runID)
@@ -310,7 +316,7 @@ func Open(ctx context.Context, o Options) (*Platform, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := p.openEngine(ctx, o, es); err != nil {
+	if err := p.openEngine(ctx, o, es, blobKey); err != nil {
 		return fail(err)
 	}
 	if o.WrapEngine != nil {
