@@ -3,7 +3,9 @@ package api_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/engine/temporal/temporaltest"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/store"
@@ -15,11 +17,16 @@ import (
 // server (platform.Options.Engine, as `serve --engine temporal://...`
 // sets it): both approvals decided through the API, the run completes,
 // its log in agentplane's store verifies and re-runs without going live,
-// and the bank counts one dispute, one refund and one e-mail.
+// and the bank counts one dispute, one refund and one e-mail. Streams'
+// fallback poll is set to an hour: a second run streamed from its start
+// still shows every event of its log, because the appends the Temporal
+// engine's workers make in this process wake the streams, as the embedded
+// engine's do.
 func TestOnTemporal(t *testing.T) {
 	srv := temporaltest.Start(t, temporaltest.Options{})
 	url := "temporal://" + srv.HostPort + "?namespace=" + temporaltest.Namespace + "&task_queue=api-test"
-	f := newFixture(t, fixtureOptions{platform: func(o *platform.Options) { o.Engine = url }})
+	f := newFixture(t, fixtureOptions{platform: func(o *platform.Options) { o.Engine = url },
+		apiOptions: func(o *api.Options) { o.StreamPoll, o.Heartbeat = time.Hour, time.Hour }})
 	if f.p.Embedded != nil {
 		t.Fatal("the platform built the embedded engine for a temporal:// engine")
 	}
@@ -45,4 +52,6 @@ func TestOnTemporal(t *testing.T) {
 	if err != nil || v.Status != store.StatusCompleted {
 		t.Fatalf("engine verify: %+v %v (run %+v)", v, err, run)
 	}
+	// Nothing but the workers' appends can move this stream.
+	streamDemo(t, f, 3*time.Minute)
 }

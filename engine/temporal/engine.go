@@ -135,6 +135,18 @@ func (e *Engine) policy(name string) ActivityPolicy {
 	return DefaultPolicy(e.o.Retry)
 }
 
+// WithStore returns the engine with its workers' activities reading and
+// appending through wrap(Store), sharing e's client, task queue, workflow
+// and activities. The API server wraps the store so that every append made
+// by this process's workers wakes its streams at once, as it wraps the
+// embedded engine's pools.
+func (e *Engine) WithStore(wrap func(store.Store) store.Store) engine.Engine {
+	n := *e
+	n.o.Store = wrap(e.o.Store)
+	n.host = &host{st: n.o.Store, acts: e.o.Activities, clock: e.o.Clock}
+	return &n
+}
+
 // Start implements engine.Engine: the run's row is created in the store
 // (engine.CreateRun), then its workflow is started. A retried Start of the
 // same request starts the workflow if an earlier one could not.
