@@ -278,6 +278,15 @@ func (e *Engine) serve(ctx context.Context, n int, done func(context.Context) (b
 	// A history the code no longer matches fails the workflow (and the
 	// run, by reconciliation) rather than retrying it forever.
 	wo.WorkflowPanicPolicy = worker.FailWorkflow
+	if wo.DeadlockDetectionTimeout <= 0 {
+		// The workflow reads immutable content from the store itself (a
+		// continued run's log, blobs, manifests): on a loaded machine
+		// that can hold the workflow goroutine past the SDK's 1 s
+		// detector (a continued run re-reading 4,000 events did, under
+		// -race at load 35). The workflow task's own 10 s timeout still
+		// bounds it.
+		wo.DeadlockDetectionTimeout = 10 * time.Second
+	}
 	w := worker.New(e.o.Client, e.o.TaskQueue, wo)
 	w.RegisterWorkflowWithOptions(e.run, workflow.RegisterOptions{Name: WorkflowName})
 	w.RegisterActivityWithOptions(e.host.appendActivity, activity.RegisterOptions{Name: ActivityAppend})
