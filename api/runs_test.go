@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/examples/carddispute/bank"
@@ -188,12 +189,19 @@ func TestRunBindingsOverHTTP(t *testing.T) {
 }
 
 func TestStreamRun(t *testing.T) {
-	f := newFixture(t, fixtureOptions{})
+	streamDemo(t, newFixture(t, fixtureOptions{}), 0)
+}
+
+// streamDemo starts the demo in stream mode, approves both requests as
+// the stream shows them, and checks that the stream holds every event of
+// the log in order, then the end, within limit (none when zero).
+func streamDemo(t *testing.T, f *fixture, limit time.Duration) (runID string) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", f.http.URL+"/v1/runs",
 		strings.NewReader(`{"agent":"card-dispute-assistant","input":"`+demoTask+`","mode":"stream"}`))
 	req.Header.Set("Authorization", "Bearer "+f.keys[priya])
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Timeout: limit}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +209,7 @@ func TestStreamRun(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	runID := resp.Header.Get("X-Run-Id")
+	runID = resp.Header.Get("X-Run-Id")
 	var approvals int
 	evs := readSSE(t, resp.Body, func(e sseEvent) bool {
 		if e.event == api.StreamApprovalRequired {
@@ -215,7 +223,10 @@ func TestStreamRun(t *testing.T) {
 		return false
 	})
 	if approvals != 2 {
-		t.Fatalf("the stream showed %d approval requests, want 2 (refund, email)", approvals)
+		t.Fatalf("the stream showed %d approval requests, want 2 (refund, email); %d messages before it stopped", approvals, len(evs))
+	}
+	if len(evs) < 2 {
+		t.Fatalf("the stream ended after %d messages", len(evs))
 	}
 	last := evs[len(evs)-1]
 	if last.event != api.StreamEnd || last.id != "" || !strings.Contains(last.data, `"status":"completed"`) {
@@ -232,6 +243,7 @@ func TestStreamRun(t *testing.T) {
 	if got := f.waitStatus(priya, runID, store.StatusCompleted); got.LastEventID != int64(len(evs)-1) {
 		t.Fatalf("run after the stream: %+v", got)
 	}
+	return runID
 }
 
 // openBank opens the card-dispute bank in a data directory, as the CLI

@@ -50,12 +50,13 @@ var (
 const editedRefund = `{"customer_id":"c_88213","transaction_id":"txn_1002","amount_inr":5000,"reason":"partial refund agreed with the customer"}`
 
 var cardDisputeScenarios = []scenario{
+	// Streamed: the run is started as an SSE stream and both approvals are
+	// decided as the stream shows them. The table's servers poll the store
+	// for streams once an hour, so every event reaching the stream, in
+	// order, shows that the engine's own appends in this process wake it
+	// (on Temporal, the appends its workers' activities make).
 	{"both approvals", func(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest.Server, string, string, bank.Counters) {
-		f := scenarioFixture(t, s)
-		id := f.startAsync(priya)
-		f.decide(meera, f.waitPending(priya, id, "issue_refund").ID, map[string]any{"decision": "approve"})
-		f.decide(meera, f.waitPending(priya, id, "send_email").ID, map[string]any{"decision": "approve"})
-		f.waitStatus(priya, id, store.StatusCompleted)
+		id := streamDemo(t, scenarioFixture(t, s), 3*time.Minute)
 		return s, id, store.StatusCompleted, bankApproved
 	}},
 	{"crash mid-run", crashMidRun},
@@ -168,7 +169,8 @@ func crashMidRun(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest
 }
 
 // TestCardDisputeScenarios runs the card-dispute demo's scenarios through
-// the HTTP API on both engines from one table: both approvals, a crash of
+// the HTTP API on both engines from one table: both approvals (decided as
+// the run's SSE stream shows them, with the streams' store polling off), a crash of
 // the workers at two points, an edited refund, an approval expired a day
 // later on the engines' clock, a cancel while waiting, and a recorded
 // replay from step 4. Every row ends its run as the demo defines, the bank
@@ -177,10 +179,13 @@ func crashMidRun(t *testing.T, s *apitest.Server, restart restartFunc) (*apitest
 // (Engine.Verify). The Temporal rows share one dev server, each row on its
 // own task queue.
 func TestCardDisputeScenarios(t *testing.T) {
+	// Streams learn of appends only from the engine's wake-ups: the
+	// fallback poll and the heartbeats are an hour apart.
+	noPoll := func(o *api.Options) { o.StreamPoll, o.Heartbeat = time.Hour, time.Hour }
 	embedded := scenarioEngine{name: "embedded",
-		start: func(t *testing.T, _ string) *apitest.Server { return apitest.Start(t, apitest.Options{}) },
+		start: func(t *testing.T, _ string) *apitest.Server { return apitest.Start(t, apitest.Options{API: noPoll}) },
 		again: func(t *testing.T, first *apitest.Server, _ string) *apitest.Server {
-			return apitest.Join(t, first, apitest.Options{})
+			return apitest.Join(t, first, apitest.Options{API: noPoll})
 		},
 	}
 	t.Run("engine=embedded", func(t *testing.T) {
@@ -193,7 +198,7 @@ func TestCardDisputeScenarios(t *testing.T) {
 		onTemporal := func(row string) apitest.Options {
 			queue := "scenario-" + strings.ReplaceAll(row, " ", "-")
 			url := "temporal://" + srv.HostPort + "?namespace=" + temporaltest.Namespace + "&task_queue=" + queue
-			return apitest.Options{Platform: func(o *platform.Options) { o.Engine = url }}
+			return apitest.Options{API: noPoll, Platform: func(o *platform.Options) { o.Engine = url }}
 		}
 		runScenarios(t, scenarioEngine{name: "temporal",
 			start: func(t *testing.T, row string) *apitest.Server {

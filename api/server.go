@@ -298,19 +298,25 @@ func (s *Server) StartWorkers() error {
 	if s.ctx == nil {
 		return errors.New("api: StartWorkers before Start")
 	}
+	ns := &notifyingStore{Backend: s.st, hub: s.hub}
+	if s.p.Telemetry != nil {
+		ns.tail = s.p.Telemetry.Tail
+	}
 	emb := s.p.Embedded
 	if emb == nil {
-		// Another engine's workers: one pool, scheduled by that engine.
-		s.goRun(func() { s.work(s.ctx, s.p.Engine, s.o.Workers+s.o.InteractiveWorkers) })
+		// Another engine's workers: one pool, scheduled by that engine;
+		// its appends in this process wake the streams at once when the
+		// engine can run over a wrapped store.
+		e := s.p.Engine
+		if w, ok := e.(storeWrapper); ok {
+			e = w.WithStore(func(store.Store) store.Store { return ns })
+		}
+		s.goRun(func() { s.work(s.ctx, e, s.o.Workers+s.o.InteractiveWorkers) })
 		return nil
 	}
 	// The embedded engine's pools claim through the API's store: fair
 	// queuing between tenants, a reserve for interactive runs, and every
 	// append and release wakes the streams at once.
-	ns := &notifyingStore{Backend: s.st, hub: s.hub}
-	if s.p.Telemetry != nil {
-		ns.tail = s.p.Telemetry.Tail
-	}
 	po := engine.PoolOptions{Wrap: func(store.Store) store.Store { return ns }, LeaseTTL: s.o.LeaseTTL, Poll: s.o.Poll, Clock: s.clock, Logger: s.log}
 	general, err := emb.Pool(po)
 	if err != nil {
@@ -353,6 +359,12 @@ func (s *Server) Stop() {
 	})
 }
 
+// storeWrapper is an engine other than the embedded one whose workers can
+// append through a wrapped store (the Temporal engine).
+type storeWrapper interface {
+	WithStore(wrap func(store.Store) store.Store) engine.Engine
+}
+
 // notifyingStore tells the stream hub about every append and release of
 // the workers, so streams wake without polling, and the platform's
 // telemetry tail about every append, so metrics and spans follow the log.
@@ -364,12 +376,17 @@ type notifyingStore struct {
 
 func (n *notifyingStore) Append(ctx context.Context, req store.AppendRequest) error {
 	err := n.Backend.Append(ctx, req)
-	if err == nil && len(req.Events) > 0 {
+	switch {
+	case err != nil:
+	case len(req.Events) > 0:
 		last := req.Events[len(req.Events)-1].Seq
 		n.hub.notify(req.RunID, last)
 		if n.tail != nil {
 			n.tail.Appended(req.RunID, req.Events[0].Seq, last)
 		}
+	case req.Update != nil:
+		// The row alone changed (a run that waits): streams re-read it.
+		n.hub.notify(req.RunID, 0)
 	}
 	return err
 }

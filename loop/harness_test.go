@@ -139,6 +139,9 @@ type fixtureOptions struct {
 	// agentExtra is appended to the agent definition; small sets model.small.
 	agentExtra string
 	small      string
+	// engine is platform.Options.Engine: "" the embedded engine, or a
+	// temporal:// URL.
+	engine string
 }
 
 func newFixture(t *testing.T, o fixtureOptions) *fixture {
@@ -159,7 +162,7 @@ func newFixture(t *testing.T, o fixtureOptions) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	po := platform.Options{DataDir: dir, Store: o.store, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second,
+	po := platform.Options{DataDir: dir, Store: o.store, Models: cfg, Script: s, WrapStore: o.wrap, Clock: o.clock, LeaseTTL: 5 * time.Second, Engine: o.engine,
 		Directory: platform.StaticDirectory{"t1": {"bob": {"payers"}, "alice": {"payers"}, "carol": {"viewers"},
 			"dave": {"auditors"}, "erin": {"payers", "auditors"}}}}
 	if o.models != nil {

@@ -144,6 +144,18 @@ func (e *Engine) policy(name string) ActivityPolicy {
 	return DefaultPolicy(e.o.Retry)
 }
 
+// WithStore returns the engine with its workers' activities reading and
+// appending through wrap(Store), sharing e's client, task queue, workflow
+// and activities. The API server wraps the store so that every append made
+// by this process's workers wakes its streams at once, as it wraps the
+// embedded engine's pools.
+func (e *Engine) WithStore(wrap func(store.Store) store.Store) engine.Engine {
+	n := *e
+	n.o.Store = wrap(e.o.Store)
+	n.host = &host{st: n.o.Store, acts: e.o.Activities, clock: e.o.Clock}
+	return &n
+}
+
 // Start implements engine.Engine: the run's row is created in the store
 // (engine.CreateRun), then its workflow is started. A retried Start of the
 // same request starts the workflow if an earlier one could not.
@@ -326,10 +338,18 @@ func (e *Engine) serve(ctx context.Context, n int, done func(context.Context) (b
 	}
 }
 
+// activeStatuses are the statuses of a run that has not ended.
+var activeStatuses = []string{store.StatusQueued, store.StatusRunning, store.StatusWaiting}
+
 // active lists the runs that have not ended.
 func (e *Engine) active(ctx context.Context) ([]*store.Run, error) {
+	return e.listRuns(ctx, activeStatuses...)
+}
+
+// listRuns lists the runs in the statuses given.
+func (e *Engine) listRuns(ctx context.Context, statuses ...string) ([]*store.Run, error) {
 	var out []*store.Run
-	for _, st := range []string{store.StatusQueued, store.StatusRunning, store.StatusWaiting} {
+	for _, st := range statuses {
 		rs, err := e.o.Store.ListRuns(ctx, store.RunFilter{Status: st, Limit: 1000})
 		if err != nil {
 			return nil, err
@@ -344,7 +364,13 @@ func (e *Engine) active(ctx context.Context) ([]*store.Run, error) {
 // recording their end (a history the code no longer replays, a termination
 // by an operator).
 func (e *Engine) tend(ctx context.Context, reconcile bool) error {
-	runs, err := e.active(ctx)
+	// Between reconciliations only waiting runs need a look: one query a
+	// poll rather than three.
+	statuses := []string{store.StatusWaiting}
+	if reconcile {
+		statuses = activeStatuses
+	}
+	runs, err := e.listRuns(ctx, statuses...)
 	if err != nil {
 		return err
 	}
@@ -458,8 +484,21 @@ func (e *Engine) runnable(ctx context.Context, r *store.Run) (bool, error) {
 	return false, nil
 }
 
-// idle reports whether no run can make progress now.
+// idle reports whether no run can make progress now. Runs move between
+// statuses while they are listed (a waiting run that takes its signal is
+// running a moment later: the lists of each status, and the look at its
+// pending signals, can all miss it), so two listings must agree.
 func (e *Engine) idle(ctx context.Context) (bool, error) {
+	for range 2 {
+		if ok, err := e.idleNow(ctx); err != nil || !ok {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// idleNow is one listing of idle.
+func (e *Engine) idleNow(ctx context.Context) (bool, error) {
 	runs, err := e.active(ctx)
 	if err != nil {
 		return false, err

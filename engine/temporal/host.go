@@ -139,6 +139,23 @@ func attempt(ctx context.Context, fn func(context.Context) (appended, error)) (a
 	return out, err
 }
 
+// pendingActivity returns the signals stored for runID and not consumed
+// (but a replay's instructions, which the loop reads itself), in the order
+// they were stored: the local activity of a run's first workflow task.
+func (h *host) pendingActivity(ctx context.Context, runID string) ([]sigMsg, error) {
+	pending, err := h.st.PendingSignals(ctx, runID)
+	if err != nil {
+		return nil, storeError(fmt.Errorf("pending signals of run %s: %w", runID, err))
+	}
+	var out []sigMsg
+	for _, sg := range pending {
+		if sg.Kind != engine.SignalReplay {
+			out = append(out, sigMsg{ID: sg.ID, Kind: sg.Kind, Payload: sg.Payload})
+		}
+	}
+	return out, nil
+}
+
 // recorded reports whether the events of in are in the log already (an
 // earlier attempt appended them and died before the server heard of it),
 // returning what was recorded.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/workflow"
@@ -42,7 +43,18 @@ type runInput struct {
 type resume struct {
 	Seq  int64  `json:"seq"`
 	Head string `json:"head"`
+	// Taken are the stored signals the first run read at its start
+	// (pendingAtStart): one delivered again later is dropped.
+	Taken []int64 `json:"taken,omitempty"`
 }
+
+// Change ids of the workflow's commands (workflow.GetVersion): a history
+// recorded before a change replays along the path it took.
+const (
+	// changePendingAtStart: a run's first workflow task reads the signals
+	// stored for the run before its workflow started (a local activity).
+	changePendingAtStart = "pending-signals-at-start"
+)
 
 // continueAsNew unwinds the loop at a step boundary when the history has
 // grown to the engine's ContinueAsNewPolicy.
@@ -75,12 +87,16 @@ func (e *Engine) run(ctx workflow.Context, in runInput) (engine.Outcome, error) 
 		if err := en.resume(*in.Resume); err != nil {
 			return engine.Outcome{}, err
 		}
+	} else if workflow.GetVersion(ctx, changePendingAtStart, workflow.DefaultVersion, 1) == 1 {
+		if err := en.pendingAtStart(); err != nil {
+			return engine.Outcome{}, err
+		}
 	}
 	out, err := e.o.Workflow(context.Background(), en)
 	var cn *continueAsNew
 	if errors.As(err, &cn) {
 		return engine.Outcome{}, workflow.NewContinueAsNewError(ctx, WorkflowName,
-			runInput{Run: in.Run, Resume: &resume{Seq: en.appended, Head: hex.EncodeToString(en.head[:])}})
+			runInput{Run: in.Run, Resume: &resume{Seq: en.appended, Head: hex.EncodeToString(en.head[:]), Taken: en.takenIDs()}})
 	}
 	if err != nil {
 		out = engine.Outcome{Status: store.StatusFailed, Result: "platform error: " + err.Error()}
@@ -127,6 +143,11 @@ type tenv struct {
 	counters  *engine.Counters
 	sigs      workflow.ReceiveChannel
 	wakes     workflow.ReceiveChannel
+	// early are the signals stored before the workflow started, taken
+	// before any from sigs; taken their ids, so that the same signal
+	// delivered on sigs as well is dropped.
+	early []sigMsg
+	taken map[int64]bool
 	// recorded is the log a run continued as new re-runs the loop over;
 	// cursor is the next event to consume. Past it, the workflow is live.
 	recorded []engine.Event
@@ -154,6 +175,12 @@ func (t *tenv) resume(r resume) error {
 		t.recorded[i] = engine.Event{Seq: ev.Seq, Type: ev.Type, Step: ev.Step, At: ev.At, Payload: ev.Payload}
 	}
 	t.seq, t.appended, t.status = r.Seq, r.Seq, ""
+	if len(r.Taken) > 0 {
+		t.taken = make(map[int64]bool, len(r.Taken))
+		for _, id := range r.Taken {
+			t.taken[id] = true
+		}
+	}
 	t.head, err = decodeHash(r.Head)
 	return err
 }
@@ -344,15 +371,54 @@ func activityID(rec appendIn, name string, input []byte) string {
 	return fmt.Sprintf("%d-%s-%s", rec.PrevSeq+int64(len(rec.Events)), last, hex.EncodeToString(h.Sum(nil)[:8]))
 }
 
+// pendingAtStart takes, in a new run's first workflow task, the signals
+// stored for the run before its workflow started (a signal sent while its
+// Start had created the row but not yet the workflow, or after a Start
+// that crashed in between, found no workflow to deliver to and stayed
+// pending). They are taken before any delivered on the channel; a signal
+// both read here and delivered there is taken once.
+func (t *tenv) pendingAtStart() error {
+	ctx := workflow.WithLocalActivityOptions(t.ctx, workflow.LocalActivityOptions{ScheduleToCloseTimeout: time.Minute})
+	var msgs []sigMsg
+	if err := workflow.ExecuteLocalActivity(ctx, t.e.host.pendingActivity, t.info.ID).Get(t.ctx, &msgs); err != nil {
+		return fmt.Errorf("read the signals stored for run %s: %w", t.info.ID, err)
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	t.early, t.taken = msgs, make(map[int64]bool, len(msgs))
+	for _, m := range msgs {
+		t.taken[m.ID] = true
+	}
+	return nil
+}
+
+// takenIDs lists the ids pendingAtStart took, in order (a continued run
+// carries them).
+func (t *tenv) takenIDs() []int64 {
+	ids := make([]int64, 0, len(t.taken))
+	for id := range t.taken {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// fresh reports whether m is not a signal pendingAtStart already took.
+func (t *tenv) fresh(m sigMsg) bool { return !t.taken[m.ID] }
+
 // drain takes the signals that arrived, without waiting.
 func (t *tenv) drain() []sigMsg {
-	var out []sigMsg
+	out := t.early
+	t.early = nil
 	for {
 		var m sigMsg
 		if !t.sigs.ReceiveAsync(&m) {
 			return out
 		}
-		out = append(out, m)
+		if t.fresh(m) {
+			out = append(out, m)
+		}
 	}
 }
 
@@ -417,7 +483,9 @@ func (t *tenv) Await(_ context.Context, step int, deadline time.Time) ([]engine.
 	sel.AddReceive(t.sigs, func(c workflow.ReceiveChannel, _ bool) {
 		var m sigMsg
 		c.Receive(t.ctx, &m)
-		got = append(got, m)
+		if t.fresh(m) {
+			got = append(got, m)
+		}
 	})
 	sel.AddReceive(t.wakes, func(c workflow.ReceiveChannel, _ bool) {
 		var w wakeMsg
