@@ -342,6 +342,7 @@ func walkPayloads(m protoreflect.Message, fn func(*commonpb.Payload)) {
 // (each tool result stored once), not quadratic. The same run on the
 // embedded engine writes the same log: the same events and prompt hashes.
 func TestHistorySize100Calls(t *testing.T) {
+	t.Parallel() // each on its own dev server; mostly waiting on it
 	if testing.Short() {
 		t.Skip("100 model calls over a 200,000-token conversation on a dev server: minutes under -race")
 	}
@@ -430,6 +431,7 @@ untrusted_output: false
 // derives from the blob master key. A codec under another deployment's key
 // refuses the history's references.
 func TestLargePayloadsOnTemporal(t *testing.T) {
+	t.Parallel() // each on its own dev server; mostly waiting on it
 	if testing.Short() {
 		t.Skip("megabyte payloads through a dev server: minutes under -race on a loaded machine")
 	}
