@@ -74,6 +74,25 @@ func (t *Transcript) userPart(p model.Part) {
 	t.messages = append(t.messages, model.Message{Role: model.RoleUser, Content: []model.Part{p}})
 }
 
+// AddModelCall is Add of a model_call event already decoded (the loop
+// decodes it for itself; decoding it twice was a step's largest JSON cost).
+func (t *Transcript) AddModelCall(p *ModelCall) {
+	if p.Response == nil {
+		return
+	}
+	t.messages = append(t.messages, model.Message{Role: model.RoleAssistant, Content: p.Response.Content})
+}
+
+// AddToolResult is Add of the tool_result event at seq, already decoded.
+func (t *Transcript) AddToolResult(seq int64, p *ToolResult) error {
+	text, err := t.modelView(p.Output, p.Truncated)
+	if err != nil {
+		return fmt.Errorf("tool result at seq %d: %w", seq, err)
+	}
+	t.userPart(model.Part{Type: model.PartToolResult, ToolUseID: p.CallID, Text: text, IsError: p.Status != StatusOK})
+	return nil
+}
+
 // Add incorporates one event. Events that do not reach the model are ignored.
 func (t *Transcript) Add(ev *store.Event) error {
 	switch ev.Type {
@@ -88,20 +107,13 @@ func (t *Transcript) Add(ev *store.Event) error {
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return err
 		}
-		if p.Response == nil {
-			return nil
-		}
-		t.messages = append(t.messages, model.Message{Role: model.RoleAssistant, Content: p.Response.Content})
+		t.AddModelCall(&p)
 	case EvToolResult:
 		var p ToolResult
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return err
 		}
-		text, err := t.modelView(p.Output, p.Truncated)
-		if err != nil {
-			return fmt.Errorf("tool result at seq %d: %w", ev.Seq, err)
-		}
-		t.userPart(model.Part{Type: model.PartToolResult, ToolUseID: p.CallID, Text: text, IsError: p.Status != StatusOK})
+		return t.AddToolResult(ev.Seq, &p)
 	case EvLoopNote:
 		var p LoopNote
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
