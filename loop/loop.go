@@ -533,7 +533,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	}
 	if mc.BudgetRefused != nil {
 		st.refused = mc.BudgetRefused // not a step: nothing was sent
-		st.tr.AddModelCall(&mc)
+		st.tr.AddModelCall(ev.Seq, &mc)
 		return nil, nil
 	}
 	st.steps++
@@ -548,7 +548,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	}
 	steps, in, out, cost, unknown, cur := st.steps, st.inTokens, st.outTokens, st.cost, st.costUnknown, st.budgets.MaxCost.Currency
 	st.env.Report(engine.Counters{Steps: steps, InputTokens: in, OutputTokens: out, CostMicros: cost, CostUnknown: unknown, Currency: cur})
-	st.tr.AddModelCall(&mc)
+	st.tr.AddModelCall(ev.Seq, &mc)
 	if mc.Error != "" {
 		st.modelErr = mc.Error
 		return nil, nil

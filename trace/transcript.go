@@ -76,20 +76,23 @@ func (t *Transcript) userPart(p model.Part) {
 
 // AddModelCall is Add of a model_call event already decoded (the loop
 // decodes it for itself; decoding it twice was a step's largest JSON cost).
-func (t *Transcript) AddModelCall(p *ModelCall) {
+func (t *Transcript) AddModelCall(seq int64, p *ModelCall) {
 	if p.Response == nil {
 		return
 	}
 	t.messages = append(t.messages, model.Message{Role: model.RoleAssistant, Content: p.Response.Content})
+	t.pending = append(t.pending, seq)
 }
 
 // AddToolResult is Add of the tool_result event at seq, already decoded.
+// Like Add, both note seq in the delta the next model call records.
 func (t *Transcript) AddToolResult(seq int64, p *ToolResult) error {
 	text, err := t.modelView(p.Output, p.Truncated)
 	if err != nil {
 		return fmt.Errorf("tool result at seq %d: %w", seq, err)
 	}
 	t.userPart(model.Part{Type: model.PartToolResult, ToolUseID: p.CallID, Text: text, IsError: p.Status != StatusOK})
+	t.pending = append(t.pending, seq)
 	return nil
 }
 
@@ -107,7 +110,8 @@ func (t *Transcript) Add(ev *store.Event) error {
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return err
 		}
-		t.AddModelCall(&p)
+		t.AddModelCall(ev.Seq, &p)
+		return nil
 	case EvToolResult:
 		var p ToolResult
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
