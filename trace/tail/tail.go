@@ -327,6 +327,14 @@ func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, int64, err
 		if evs, err = t.o.Events.Events(ctx, id, f.cursor, 0); err != nil {
 			return false, 0, err
 		}
+		if t.feed != nil {
+			// An event past w.to is committed but not yet fed: the feed
+			// hands it over next, and delivering it now would deliver it
+			// twice (after the run's end, to a run followed anew).
+			for len(evs) > 0 && evs[len(evs)-1].Seq > w.to {
+				evs = evs[:len(evs)-1]
+			}
+		}
 	}
 	fresh := f.cursor == 0
 	for i := range evs {
