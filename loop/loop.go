@@ -546,7 +546,8 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	}
 	if mc.BudgetRefused != nil {
 		st.refused = mc.BudgetRefused // not a step: nothing was sent
-		return nil, st.add(ev)
+		st.tr.AddModelCall(ev.Seq, &mc)
+		return nil, nil
 	}
 	st.steps++
 	if mc.Response != nil {
@@ -560,9 +561,7 @@ func (l *Loop) modelCall(ctx context.Context, st *state, step int, noTools bool)
 	}
 	steps, in, out, cost, unknown, cur := st.steps, st.inTokens, st.outTokens, st.cost, st.costUnknown, st.budgets.MaxCost.Currency
 	st.env.Report(engine.Counters{Steps: steps, InputTokens: in, OutputTokens: out, CostMicros: cost, CostUnknown: unknown, Currency: cur})
-	if err := st.add(ev); err != nil {
-		return nil, err
-	}
+	st.tr.AddModelCall(ev.Seq, &mc)
 	if mc.Error != "" {
 		st.modelErr = mc.Error
 		return nil, nil
@@ -657,7 +656,11 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 	if err != nil {
 		return "", err
 	}
-	if err := st.add(rev); err != nil {
+	var res trace.ToolResult
+	if err := json.Unmarshal(rev.Payload, &res); err != nil {
+		return "", fmt.Errorf("tool_result payload: %w", err)
+	}
+	if err := st.tr.AddToolResult(rev.Seq, &res); err != nil {
 		return "", err
 	}
 	if len(approvalNotes) > 0 {
@@ -667,10 +670,6 @@ func (l *Loop) toolCall(ctx context.Context, st *state, step, index int, call mo
 		if err := l.note(ctx, st, step, trace.NoteApproval, text); err != nil {
 			return "", err
 		}
-	}
-	var res trace.ToolResult
-	if err := json.Unmarshal(rev.Payload, &res); err != nil {
-		return "", fmt.Errorf("tool_result payload: %w", err)
 	}
 	st.calls[call.Name]++
 	if res.Sandbox != nil {

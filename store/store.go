@@ -263,6 +263,24 @@ type EventStore interface {
 	Events(ctx context.Context, runID string, after int64, limit int) ([]Event, error)
 }
 
+// CommitFeed is implemented by an event store that can hand each append's
+// events, once committed, to the process that appended them (the SQLite
+// store's single writer does), so that followers such as the telemetry
+// tail need not read back what they were just given. It is optional: a
+// follower finds it by type assertion and reads the log otherwise.
+type CommitFeed interface {
+	// FeedCommits calls fn with the events of every append of this
+	// process that committed, after the commit and before the append's
+	// Durable caller returns, in commit order (per run, in seq order), from
+	// the committing goroutine: fn must not block or call back into the
+	// store, and must not change the events. The returned stop ends the
+	// calls.
+	FeedCommits(fn func(runID string, evs []Event)) (stop func())
+	// Flush waits until every queued append of the run ("" = of every
+	// run) is committed, and so handed to fn.
+	Flush(ctx context.Context, runID string) error
+}
+
 // BlobStore is one tenant's content-addressed store of payloads keyed by
 // sha256. It is obtained from Blobs.Blobs(tenant) and sees only what that
 // tenant put: a hash another tenant stored is, to it, a hash nobody stored.

@@ -74,6 +74,28 @@ func (t *Transcript) userPart(p model.Part) {
 	t.messages = append(t.messages, model.Message{Role: model.RoleUser, Content: []model.Part{p}})
 }
 
+// AddModelCall is Add of a model_call event already decoded (the loop
+// decodes it for itself; decoding it twice was a step's largest JSON cost).
+func (t *Transcript) AddModelCall(seq int64, p *ModelCall) {
+	if p.Response == nil {
+		return
+	}
+	t.messages = append(t.messages, model.Message{Role: model.RoleAssistant, Content: p.Response.Content})
+	t.pending = append(t.pending, seq)
+}
+
+// AddToolResult is Add of the tool_result event at seq, already decoded.
+// Like Add, both note seq in the delta the next model call records.
+func (t *Transcript) AddToolResult(seq int64, p *ToolResult) error {
+	text, err := t.modelView(p.Output, p.Truncated)
+	if err != nil {
+		return fmt.Errorf("tool result at seq %d: %w", seq, err)
+	}
+	t.userPart(model.Part{Type: model.PartToolResult, ToolUseID: p.CallID, Text: text, IsError: p.Status != StatusOK})
+	t.pending = append(t.pending, seq)
+	return nil
+}
+
 // Add incorporates one event. Events that do not reach the model are ignored.
 func (t *Transcript) Add(ev *store.Event) error {
 	switch ev.Type {
@@ -88,20 +110,14 @@ func (t *Transcript) Add(ev *store.Event) error {
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return err
 		}
-		if p.Response == nil {
-			return nil
-		}
-		t.messages = append(t.messages, model.Message{Role: model.RoleAssistant, Content: p.Response.Content})
+		t.AddModelCall(ev.Seq, &p)
+		return nil
 	case EvToolResult:
 		var p ToolResult
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			return err
 		}
-		text, err := t.modelView(p.Output, p.Truncated)
-		if err != nil {
-			return fmt.Errorf("tool result at seq %d: %w", ev.Seq, err)
-		}
-		t.userPart(model.Part{Type: model.PartToolResult, ToolUseID: p.CallID, Text: text, IsError: p.Status != StatusOK})
+		return t.AddToolResult(ev.Seq, &p)
 	case EvLoopNote:
 		var p LoopNote
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {

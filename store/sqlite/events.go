@@ -12,6 +12,10 @@ import (
 type appendOp struct {
 	req  store.AppendRequest
 	done chan error // nil for a non-durable append
+	// prompts are the prompt hashes the events index (store.PromptHashOf,
+	// "" for none), found by the appending goroutine so that the single
+	// writer does not decode payloads.
+	prompts []string
 }
 
 // Append implements store.EventStore.
@@ -25,6 +29,14 @@ func (s *Store) Append(ctx context.Context, req store.AppendRequest) error {
 		}
 	}
 	op := &appendOp{req: req}
+	for i := range req.Events {
+		if h := store.PromptHashOf(&req.Events[i]); h != "" {
+			if op.prompts == nil {
+				op.prompts = make([]string, len(req.Events))
+			}
+			op.prompts[i] = h
+		}
+	}
 	if req.Durable {
 		op.done = make(chan error, 1)
 	}
@@ -138,7 +150,12 @@ func (s *Store) writer() {
 	}
 }
 
-// commit writes a batch in one transaction, one savepoint per op.
+// commit writes a batch in one transaction and one fsync. The ops are
+// written straight into it first; only when one of them fails (a fenced
+// worker, a seq conflict, a signal taken twice: rare) is the transaction
+// rolled back and the batch written again with a savepoint per op, so that
+// the failure stays the failing op's own. A savepoint per op on every batch
+// cost two statements and a sub-journal copy of each page it touched.
 func (s *Store) commit(batch []*appendOp) {
 	ctx := context.Background()
 	errs := make([]error, len(batch))
@@ -156,32 +173,30 @@ func (s *Store) commit(batch []*appendOp) {
 			}
 		}
 	}
-	// Durable empty ops (Flush) need no write of their own but must wait
-	// for the commit that covers earlier ops, which this one does.
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		finish(fmt.Errorf("sqlite store: begin: %w", err)) // classified by writer.BeginTx
 		return
 	}
-	for i, op := range batch {
-		if len(op.req.Events) == 0 && op.req.Update == nil && len(op.req.ConsumeSignals) == 0 {
-			continue
+	failed := false
+	for _, op := range batch {
+		if err := s.stmts.appendOne(ctx, tx, op); err != nil {
+			failed = true
+			break
 		}
-		if _, err := tx.StmtContext(ctx, s.stmts.savepoint).ExecContext(ctx); err != nil {
-			errs[i] = classify(err)
-			continue
+	}
+	if failed {
+		if err := tx.Rollback(); err != nil {
+			finish(fmt.Errorf("sqlite store: rollback: %w", classify(err)))
+			return
 		}
-		if err := s.stmts.appendOne(ctx, tx, &op.req); err != nil {
-			errs[i] = classify(err)
-			if _, rbErr := tx.StmtContext(ctx, s.stmts.rollbackTo).ExecContext(ctx); rbErr != nil {
-				tx.Rollback()
-				finish(fmt.Errorf("sqlite store: rollback to savepoint: %w", rbErr))
-				return
-			}
+		if tx, err = s.w.BeginTx(ctx, nil); err != nil {
+			finish(fmt.Errorf("sqlite store: begin: %w", err))
+			return
 		}
-		if _, err := tx.StmtContext(ctx, s.stmts.release).ExecContext(ctx); err != nil {
+		if err := s.stmts.appendIsolated(ctx, tx, batch, errs); err != nil {
 			tx.Rollback()
-			finish(fmt.Errorf("sqlite store: release savepoint: %w", err))
+			finish(err)
 			return
 		}
 	}
@@ -189,21 +204,103 @@ func (s *Store) commit(batch []*appendOp) {
 		finish(fmt.Errorf("sqlite store: commit: %w", classify(err)))
 		return
 	}
+	s.feed(batch, errs)
 	finish(nil)
+}
+
+var _ store.CommitFeed = (*Store)(nil)
+
+// FeedCommits implements store.CommitFeed.
+func (s *Store) FeedCommits(fn func(runID string, evs []store.Event)) (stop func()) {
+	s.feedMu.Lock()
+	defer s.feedMu.Unlock()
+	s.feedID++
+	id := s.feedID
+	if s.feeds == nil {
+		s.feeds = map[int64]func(string, []store.Event){}
+	}
+	s.feeds[id] = fn
+	return func() {
+		s.feedMu.Lock()
+		delete(s.feeds, id)
+		s.feedMu.Unlock()
+	}
+}
+
+// feed hands the committed ops of batch to the commit feeds.
+func (s *Store) feed(batch []*appendOp, errs []error) {
+	s.feedMu.Lock()
+	defer s.feedMu.Unlock()
+	if len(s.feeds) == 0 {
+		return
+	}
+	for i, op := range batch {
+		if errs[i] != nil || len(op.req.Events) == 0 {
+			continue
+		}
+		for _, fn := range s.feeds {
+			fn(op.req.RunID, op.req.Events)
+		}
+	}
+}
+
+// appendIsolated writes each op of batch in its own savepoint, recording
+// an op's failure in errs; its error is one that ends the transaction.
+func (w *writeStmts) appendIsolated(ctx context.Context, tx *sql.Tx, batch []*appendOp, errs []error) error {
+	for i, op := range batch {
+		if empty(&op.req) {
+			continue
+		}
+		if _, err := tx.StmtContext(ctx, w.savepoint).ExecContext(ctx); err != nil {
+			errs[i] = classify(err)
+			continue
+		}
+		if err := w.appendOne(ctx, tx, op); err != nil {
+			errs[i] = classify(err)
+			if _, rbErr := tx.StmtContext(ctx, w.rollbackTo).ExecContext(ctx); rbErr != nil {
+				return fmt.Errorf("sqlite store: rollback to savepoint: %w", rbErr)
+			}
+		}
+		if _, err := tx.StmtContext(ctx, w.release).ExecContext(ctx); err != nil {
+			return fmt.Errorf("sqlite store: release savepoint: %w", err)
+		}
+	}
+	return nil
+}
+
+// empty reports an op with nothing to write (Flush): it only waits for the
+// commit that covers the ops queued before it, which its batch's is.
+func empty(req *store.AppendRequest) bool {
+	return len(req.Events) == 0 && req.Update == nil && len(req.ConsumeSignals) == 0
 }
 
 // writeStmts are the statements of the append path, prepared once on the
 // single writing connection (parsing SQL per event dominated the profile).
 type writeStmts struct {
-	head, insert, prompt, consume, update, savepoint, rollbackTo, release *sql.Stmt
+	head, insert, prompt, consume, savepoint, rollbackTo, release *sql.Stmt
+	// The run row's update with an append, in three forms, so that an
+	// append that does not change the status or the wake-up time does not
+	// name those columns: SQLite rewrites every index on a column an UPDATE
+	// assigns (five on status), even to the value it had.
+	seqOnly, counters, update *sql.Stmt
 }
 
-const updateRunSQL = `UPDATE runs SET last_seq = ?,
+// The run row's updates guard the append: WHERE names the lease epoch and
+// the seq the append follows, so the update touches no row when the worker
+// was fenced out or another append came first (appendOne then says which).
+const (
+	seqOnlySQL  = `UPDATE runs SET last_seq = ? WHERE id = ? AND lease_epoch = ? AND last_seq = ?`
+	countersSQL = `UPDATE runs SET last_seq = ?,
+  steps = COALESCE(?, steps), input_tokens = COALESCE(?, input_tokens), output_tokens = COALESCE(?, output_tokens),
+  cost_micros = COALESCE(?, cost_micros), currency = COALESCE(?, currency), cost_unknown = COALESCE(?, cost_unknown)
+WHERE id = ? AND lease_epoch = ? AND last_seq = ?`
+	updateRunSQL = `UPDATE runs SET last_seq = ?,
   status = COALESCE(?, status), steps = COALESCE(?, steps), input_tokens = COALESCE(?, input_tokens),
   output_tokens = COALESCE(?, output_tokens), cost_micros = COALESCE(?, cost_micros),
   currency = COALESCE(?, currency), cost_unknown = COALESCE(?, cost_unknown), result = COALESCE(?, result),
   wake_at = COALESCE(?, wake_at)
-WHERE id = ?`
+WHERE id = ? AND lease_epoch = ? AND last_seq = ?`
+)
 
 func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 	var w writeStmts
@@ -215,6 +312,8 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		{&w.insert, "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)"},
 		{&w.prompt, "INSERT OR IGNORE INTO run_prompt_hashes(prompt_hash, run_id) VALUES (?,?)"},
 		{&w.consume, "UPDATE signals SET consumed = 1 WHERE id = ? AND run_id = ? AND consumed = 0"},
+		{&w.seqOnly, seqOnlySQL},
+		{&w.counters, countersSQL},
 		{&w.update, updateRunSQL},
 		{&w.savepoint, "SAVEPOINT op"},
 		{&w.rollbackTo, "ROLLBACK TO op"},
@@ -264,7 +363,7 @@ func (r *readStmts) close() {
 }
 
 func (w *writeStmts) close() {
-	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.update, w.savepoint, w.rollbackTo, w.release} {
+	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.seqOnly, w.counters, w.update, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			st.Close()
 		}
@@ -278,33 +377,51 @@ func opt[T any](p *T) any {
 	return *p
 }
 
-func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, req *store.AppendRequest) error {
-	var lastSeq, epoch int64
-	err := tx.StmtContext(ctx, w.head).QueryRowContext(ctx, req.RunID).Scan(&lastSeq, &epoch)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("append to run %s: %w", req.RunID, store.ErrNotFound)
+// appendOne writes one append: the run row's update first, guarded by the
+// lease epoch and the seq the events follow, then the events. The head of
+// the log is read only when the guard fails (to say why) or when the
+// append holds no event (nothing to check its seq against).
+func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, op *appendOp) error {
+	req := &op.req
+	if empty(req) {
+		return nil
 	}
+	var after int64 // the seq the events follow
+	if len(req.Events) == 0 {
+		var err error
+		if after, err = w.checkHead(ctx, tx, req, -1); err != nil {
+			return err
+		}
+	} else {
+		after = req.Events[0].Seq - 1
+		for i := range req.Events {
+			if req.Events[i].Seq != after+1+int64(i) {
+				return fmt.Errorf("append to run %s: seq %d at position %d of an append after %d: %w", req.RunID, req.Events[i].Seq, i, after, store.ErrConflict)
+			}
+		}
+	}
+	lastSeq := after + int64(len(req.Events))
+	res, err := w.updateRun(ctx, tx, req, lastSeq, after)
 	if err != nil {
 		return err
 	}
-	if epoch != req.Epoch {
-		return fmt.Errorf("append to run %s (epoch %d, current %d): %w", req.RunID, req.Epoch, epoch, store.ErrLeaseLost)
+	if n, _ := res.RowsAffected(); n != 1 {
+		if _, err := w.checkHead(ctx, tx, req, after); err != nil {
+			return err
+		}
+		return fmt.Errorf("append to run %s: the run row did not take the append: %w", req.RunID, store.ErrConflict)
 	}
 	for i := range req.Events {
 		ev := &req.Events[i]
-		if ev.Seq != lastSeq+1 {
-			return fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, ev.Seq, lastSeq, store.ErrConflict)
-		}
 		if _, err := tx.StmtContext(ctx, w.insert).ExecContext(ctx,
 			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]); err != nil {
 			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
 		}
-		if h := store.PromptHashOf(ev); h != "" {
-			if _, err := tx.StmtContext(ctx, w.prompt).ExecContext(ctx, h, ev.RunID); err != nil {
+		if op.prompts != nil && op.prompts[i] != "" {
+			if _, err := tx.StmtContext(ctx, w.prompt).ExecContext(ctx, op.prompts[i], ev.RunID); err != nil {
 				return fmt.Errorf("append to run %s seq %d: index prompt hash: %w", req.RunID, ev.Seq, err)
 			}
 		}
-		lastSeq = ev.Seq
 	}
 	for _, id := range req.ConsumeSignals {
 		res, err := tx.StmtContext(ctx, w.consume).ExecContext(ctx, id, req.RunID)
@@ -315,20 +432,50 @@ func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, req *store.Appen
 			return fmt.Errorf("append to run %s: signal %d already consumed: %w", req.RunID, id, store.ErrConflict)
 		}
 	}
+	return nil
+}
+
+// checkHead reads the run's head and returns its last seq, or the error
+// that explains why an append after seq want (-1: any) cannot go there.
+func (w *writeStmts) checkHead(ctx context.Context, tx *sql.Tx, req *store.AppendRequest, want int64) (int64, error) {
+	var lastSeq, epoch int64
+	err := tx.StmtContext(ctx, w.head).QueryRowContext(ctx, req.RunID).Scan(&lastSeq, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("append to run %s: %w", req.RunID, store.ErrNotFound)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if epoch != req.Epoch {
+		return 0, fmt.Errorf("append to run %s (epoch %d, current %d): %w", req.RunID, req.Epoch, epoch, store.ErrLeaseLost)
+	}
+	if want >= 0 && lastSeq != want {
+		return 0, fmt.Errorf("append to run %s: seq %d after %d: %w", req.RunID, want+1, lastSeq, store.ErrConflict)
+	}
+	return lastSeq, nil
+}
+
+// updateRun sets the run row's last seq and what req.Update changes,
+// guarded by the epoch and the seq the append follows.
+func (w *writeStmts) updateRun(ctx context.Context, tx *sql.Tx, req *store.AppendRequest, lastSeq, after int64) (sql.Result, error) {
 	u := req.Update
 	if u == nil {
-		u = &store.RunUpdate{}
+		return tx.StmtContext(ctx, w.seqOnly).ExecContext(ctx, lastSeq, req.RunID, req.Epoch, after)
 	}
-	var unknown, wake any
+	var unknown any
 	if u.CostUnknown != nil {
 		unknown = boolInt(*u.CostUnknown)
 	}
+	if u.Status == nil && u.Result == nil && u.WakeAt == nil {
+		return tx.StmtContext(ctx, w.counters).ExecContext(ctx, lastSeq, opt(u.Steps), opt(u.InputTokens),
+			opt(u.OutputTokens), opt(u.CostMicros), opt(u.Currency), unknown, req.RunID, req.Epoch, after)
+	}
+	var wake any
 	if u.WakeAt != nil {
 		wake = micros(*u.WakeAt)
 	}
-	_, err = tx.StmtContext(ctx, w.update).ExecContext(ctx, lastSeq, opt(u.Status), opt(u.Steps), opt(u.InputTokens),
-		opt(u.OutputTokens), opt(u.CostMicros), opt(u.Currency), unknown, opt(u.Result), wake, req.RunID)
-	return err
+	return tx.StmtContext(ctx, w.update).ExecContext(ctx, lastSeq, opt(u.Status), opt(u.Steps), opt(u.InputTokens),
+		opt(u.OutputTokens), opt(u.CostMicros), opt(u.Currency), unknown, opt(u.Result), wake, req.RunID, req.Epoch, after)
 }
 
 // runUpdateSQL renders the SET clause fragments (each starting with a comma).

@@ -5,9 +5,12 @@
 //
 // Event appends from every run go through one writer goroutine that commits
 // whatever is queued in a single transaction (group commit), so many
-// concurrent runs share each fsync. Each run's part of a batch sits in its own
-// savepoint and is fenced by the run's lease epoch: a worker that lost its
-// lease cannot write, and a failure in one run does not fail the others.
+// concurrent runs share each fsync. Each run's part of a batch is fenced by
+// the run's lease epoch (its run-row update names the epoch and the seq it
+// follows): a worker that lost its lease cannot write. A batch in which one
+// part fails is written again with a savepoint per part, so a failure in
+// one run does not fail the others. The writer hands what it committed to
+// the process's commit feeds (FeedCommits: the telemetry tail).
 package sqlite
 
 import (
@@ -80,6 +83,10 @@ type Store struct {
 
 	mu     sync.Mutex
 	sticky map[string]map[int64]error // run id -> lease epoch -> failure of a non-durable append
+
+	feedMu sync.Mutex
+	feedID int64
+	feeds  map[int64]func(string, []store.Event) // FeedCommits
 }
 
 var _ store.Store = (*Store)(nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
 	"github.com/agentplane/agentplane/trace/tail"
@@ -152,6 +153,27 @@ type run struct {
 	asked  map[string]int64 // approval id -> requested at, unix ms
 }
 
+// modelCall and toolResult are the fields of trace.ModelCall and
+// trace.ToolResult the metrics read: decoding into them skips the
+// response's content and the result's preview, which a step's metrics
+// never need (the JSON names are trace's; TestNarrowDecode checks them).
+type modelCall struct {
+	Response *struct {
+		Usage model.Usage `json:"usage"`
+	} `json:"response"`
+	CostMicros int64  `json:"cost_micros"`
+	Currency   string `json:"currency"`
+	CostKnown  bool   `json:"cost_known"`
+}
+
+type toolResult struct {
+	Index     int                `json:"index"`
+	Tool      string             `json:"tool"`
+	Status    string             `json:"status"`
+	LatencyMS int64              `json:"latency_ms"`
+	Sandbox   *trace.SandboxInfo `json:"sandbox"`
+}
+
 func (r *run) Event(ev *store.Event, live bool) {
 	switch ev.Type {
 	case trace.EvRunStarted:
@@ -181,7 +203,7 @@ func (r *run) Event(ev *store.Event, live bool) {
 	case trace.EvStepStarted:
 		r.m.steps.WithLabelValues(r.labels...).Inc()
 	case trace.EvModelCall:
-		var mc trace.ModelCall
+		var mc modelCall
 		if json.Unmarshal(ev.Payload, &mc) != nil {
 			return
 		}
@@ -195,7 +217,7 @@ func (r *run) Event(ev *store.Event, live bool) {
 			r.m.cost.WithLabelValues(append(r.labels, label(mc.Currency))...).Add(float64(mc.CostMicros))
 		}
 	case trace.EvToolResult:
-		var tr trace.ToolResult
+		var tr toolResult
 		if json.Unmarshal(ev.Payload, &tr) != nil {
 			return
 		}

@@ -1,11 +1,13 @@
 // Package tail follows the committed events of every run a process
 // appends to and hands them, in order per run, to sinks: the live
 // OpenTelemetry export (trace/otelexport.Live) and the Prometheus metrics
-// (trace/runmetrics). Nothing in the loop or the engine knows about it: an
+// (trace/runmetrics). Nothing in the loop or the engine knows about it.
+// What a sink sees is exactly what the log holds, never an event whose
+// commit later failed: on a store that feeds its commits
+// (store.CommitFeed, the SQLite store) the tail is handed each append's
+// events once they are committed and reads nothing back; on any other an
 // append is observed at the store (Wrap, or Appended from another
-// decorator), and the events themselves are read back from the log once
-// they are committed, so what a sink sees is exactly what the log holds,
-// never an event whose commit later failed.
+// decorator) and its events are read back from the log once committed.
 //
 // Observing an append costs the run a map update under a mutex; reading
 // and deriving happen in the tail's own goroutine. A run the tail first
@@ -51,6 +53,9 @@ type Options struct {
 	Sinks []Sink
 	// Poll is how often runs whose appends were not yet committed are
 	// read again (default 200ms).
+	//
+	// When Events is a store.CommitFeed the tail takes the committed
+	// events from it, and Appended and Wrap observe nothing.
 	Poll time.Duration
 	// MaxRuns bounds the runs followed at once (default 10000); past it
 	// the least recently active is forgotten, and taken up again, its
@@ -71,6 +76,11 @@ type Tail struct {
 	runs map[string]*follow // the tail goroutine's own
 	tick int64
 
+	// feed is Options.Events as a commit feed (nil: read back);
+	// unfeed stops it.
+	feed   store.CommitFeed
+	unfeed func()
+
 	stop    sync.Once
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -81,7 +91,15 @@ type Tail struct {
 // want is what the appends of one run asked for.
 type want struct {
 	from, to int64 // first and last sequence number appended
+	// held are committed events handed by the commit feed and not yet
+	// taken by a pass, contiguous in seq (at most maxHeld; past it they
+	// are dropped and read back instead).
+	held []store.Event
 }
+
+// maxHeld bounds the committed events held for one run while the tail's
+// goroutine is behind.
+const maxHeld = 4096
 
 type follow struct {
 	cursor int64
@@ -108,6 +126,9 @@ func New(o Options) *Tail {
 // Appended tells the tail that events first..last of runID were appended.
 // It never blocks on the tail's work.
 func (t *Tail) Appended(runID string, first, last int64) {
+	if t.feed != nil {
+		return // the commit feed tells of it, once committed
+	}
 	t.mu.Lock()
 	w := t.pending[runID]
 	if w == nil {
@@ -116,10 +137,35 @@ func (t *Tail) Appended(runID string, first, last int64) {
 		w.from, w.to = min(w.from, first), max(w.to, last)
 	}
 	t.mu.Unlock()
+	t.poke()
+}
+
+func (t *Tail) poke() {
 	select {
 	case t.wake <- struct{}{}:
 	default:
 	}
+}
+
+// committed takes the events of one committed append from the feed.
+func (t *Tail) committed(runID string, evs []store.Event) {
+	first, last := evs[0].Seq, evs[len(evs)-1].Seq
+	t.mu.Lock()
+	w := t.pending[runID]
+	if w == nil {
+		w = &want{from: first, to: last}
+		t.pending[runID] = w
+	} else {
+		w.from, w.to = min(w.from, first), max(w.to, last)
+	}
+	if n := len(w.held); n > 0 && (w.held[n-1].Seq+1 != first || n+len(evs) > maxHeld) {
+		w.held = nil // read back from the log instead
+	}
+	if len(w.held)+len(evs) <= maxHeld {
+		w.held = append(w.held, evs...)
+	}
+	t.mu.Unlock()
+	t.poke()
 }
 
 // Wrap returns s with its Append observed: after each successful append
@@ -148,6 +194,10 @@ func (t *Tail) Start(ctx context.Context) error {
 	t.mu.Lock()
 	t.running = true
 	t.mu.Unlock()
+	if f, ok := t.o.Events.(store.CommitFeed); ok {
+		t.feed = f
+		t.unfeed = f.FeedCommits(t.committed)
+	}
 	go t.loop(ctx)
 	return nil
 }
@@ -160,12 +210,21 @@ func (t *Tail) Stop() {
 		}
 		t.cancel()
 		<-t.done
+		if t.unfeed != nil {
+			t.unfeed()
+		}
 	})
 }
 
 // Sync waits until every append reported before the call was delivered,
 // or ctx ends (tests; a clean shutdown).
 func (t *Tail) Sync(ctx context.Context) error {
+	if t.feed != nil {
+		// Appends reported but not yet committed are not pending yet.
+		if err := t.feed.Flush(ctx, ""); err != nil {
+			return err
+		}
+	}
 	stop := context.AfterFunc(ctx, func() {
 		t.mu.Lock()
 		t.synced.Broadcast()
@@ -217,6 +276,7 @@ func (t *Tail) pass(ctx context.Context) {
 	work := make(map[string]want, len(t.pending))
 	for id, w := range t.pending {
 		work[id] = *w
+		w.held = nil // taken: what the feed hands next starts anew
 	}
 	t.mu.Unlock()
 	for id, w := range work {
@@ -257,9 +317,24 @@ func (t *Tail) deliver(ctx context.Context, id string, w want) (bool, int64, err
 	if f.cursor >= w.to {
 		return true, 0, nil
 	}
-	evs, err := t.o.Events.Events(ctx, id, f.cursor, 0)
-	if err != nil {
-		return false, 0, err
+	evs := w.held
+	for len(evs) > 0 && evs[0].Seq <= f.cursor {
+		evs = evs[1:]
+	}
+	if len(evs) == 0 || evs[0].Seq != f.cursor+1 {
+		// Not (all) held: what is committed is read back from the log.
+		var err error
+		if evs, err = t.o.Events.Events(ctx, id, f.cursor, 0); err != nil {
+			return false, 0, err
+		}
+		if t.feed != nil {
+			// An event past w.to is committed but not yet fed: the feed
+			// hands it over next, and delivering it now would deliver it
+			// twice (after the run's end, to a run followed anew).
+			for len(evs) > 0 && evs[len(evs)-1].Seq > w.to {
+				evs = evs[:len(evs)-1]
+			}
+		}
 	}
 	fresh := f.cursor == 0
 	for i := range evs {

@@ -2,6 +2,7 @@ package tail_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/trace"
 	"github.com/agentplane/agentplane/trace/tail"
 )
@@ -191,4 +193,107 @@ func (a appender) Append(_ context.Context, req store.AppendRequest) error {
 		req.Events[i].Seq = first
 	}
 	return nil
+}
+
+// readCounter is the SQLite store with its reads of the log counted; it
+// still feeds its commits (the embedded methods).
+type readCounter struct {
+	*sqlite.Store
+	mu    sync.Mutex
+	reads int
+}
+
+func (r *readCounter) Events(ctx context.Context, runID string, after int64, limit int) ([]store.Event, error) {
+	r.mu.Lock()
+	r.reads++
+	r.mu.Unlock()
+	return r.Store.Events(ctx, runID, after, limit)
+}
+
+// On a store that feeds its commits the tail delivers what committed,
+// buffered or durable, without reading the log back, and never an append
+// the store refused; a run the tail first sees part way is read back once
+// for its earlier events.
+func TestCommitFeed(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rc := &readCounter{Store: st}
+	now := time.Now()
+	epochs := map[string]int64{}
+	heads := map[string][32]byte{}
+	seqs := map[string]int64{}
+	for _, id := range []string{"r1", "r2"} {
+		if err := st.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
+			Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.ClaimRunByID(ctx, id, "w", time.Minute, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[id] = r.LeaseEpoch
+	}
+	add := func(id string, durable bool, epoch int64, types ...string) error {
+		var evs []store.Event
+		head, seq := heads[id], seqs[id]
+		for _, ty := range types {
+			seq++
+			ev := store.Event{RunID: id, Seq: seq, Type: ty, At: now, Payload: []byte(`{"n":` + fmt.Sprint(seq) + `}`), PrevHash: head}
+			ev.Hash = store.ChainHash(head, &ev)
+			head = ev.Hash
+			evs = append(evs, ev)
+		}
+		err := st.Append(ctx, store.AppendRequest{RunID: id, Epoch: epoch, Events: evs, Durable: durable})
+		if err == nil { // a buffered append is expected to commit
+			heads[id], seqs[id] = head, seq
+		}
+		return err
+	}
+	// r2 has events before the tail follows it.
+	if err := add("r2", true, epochs["r2"], trace.EvRunStarted, trace.EvStepStarted); err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	tl := tail.New(tail.Options{Events: rc, Sinks: []tail.Sink{r}, Poll: time.Hour})
+	if err := tl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tl.Stop)
+
+	if err := add("r1", false, epochs["r1"], trace.EvRunStarted, trace.EvStepStarted); err != nil {
+		t.Fatal(err)
+	}
+	if err := add("r1", true, epochs["r1"], trace.EvModelCall); err != nil {
+		t.Fatal(err)
+	}
+	// A fenced-out worker's append is refused and must not be delivered.
+	if err := add("r1", true, epochs["r1"]+7, trace.EvToolAttempt); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("fenced append: %v, want ErrLeaseLost", err)
+	}
+	sync1(t, tl)
+	if got, want := r.got(), []string{"r1:1:true", "r1:2:true", "r1:3:true"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	if rc.reads != 0 {
+		t.Fatalf("the tail read the log back %d times; the feed handed it every event", rc.reads)
+	}
+
+	if err := add("r2", false, epochs["r2"], trace.EvModelCall); err != nil {
+		t.Fatal(err)
+	}
+	if err := add("r2", true, epochs["r2"], trace.EvRunCompleted); err != nil {
+		t.Fatal(err)
+	}
+	sync1(t, tl)
+	want := []string{"r1:1:true", "r1:2:true", "r1:3:true", "r2:1:false", "r2:2:false", "r2:3:true", "r2:4:true", "r2:close"}
+	if got := r.got(); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	if rc.reads != 1 {
+		t.Fatalf("the tail read the log back %d times, want once (r2's events before it followed)", rc.reads)
+	}
 }
