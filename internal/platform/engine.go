@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/engine/temporal"
 	"github.com/agentplane/agentplane/loop"
