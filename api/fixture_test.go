@@ -150,6 +150,20 @@ func (f *fixture) getRun(user, id string) api.Run {
 	return run
 }
 
+// replayCompleted replays run id from the step as user and waits for the
+// replay to complete; it returns the replay's id.
+func (f *fixture) replayCompleted(user, id string, fromStep int) string {
+	f.t.Helper()
+	r := f.do(user, "POST", "/v1/runs/"+id+":replay", map[string]any{"from_step": fromStep})
+	if r.status != http.StatusAccepted {
+		f.t.Fatalf("replay: %s", r)
+	}
+	var rp api.Run
+	r.decode(f.t, &rp)
+	f.waitStatus(user, rp.ID, store.StatusCompleted)
+	return rp.ID
+}
+
 // waitStatus polls until the run has one of the statuses.
 func (f *fixture) waitStatus(user, id string, statuses ...string) api.Run {
 	f.t.Helper()

@@ -115,14 +115,8 @@ var cardDisputeScenarios = []scenario{
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := f.do(priya, "POST", "/v1/runs/"+orig+":replay", map[string]any{"from_step": 4})
-		if r.status != http.StatusAccepted {
-			t.Fatalf("replay: %s", r)
-		}
-		var rp api.Run
-		r.decode(t, &rp)
-		f.waitStatus(priya, rp.ID, store.StatusCompleted)
-		evs, err := s.Platform.Store.Events(ctx, rp.ID, 0, 0)
+		replay := f.replayCompleted(priya, orig, 4)
+		evs, err := s.Platform.Store.Events(ctx, replay, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +135,7 @@ var cardDisputeScenarios = []scenario{
 		if after, err := bankOf(s.Platform).Counters(ctx); err != nil || after != before {
 			t.Fatalf("the replay changed the bank: %+v -> %+v (%v)", before, after, err)
 		}
-		return s, rp.ID, store.StatusCompleted, bank.Counters{}
+		return s, replay, store.StatusCompleted, bank.Counters{}
 	}},
 }
 

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/agentplane/agentplane/api"
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/internal/platform"
 	"github.com/agentplane/agentplane/runs"
@@ -53,13 +52,7 @@ func TestEverythingGoesThroughTheEngine(t *testing.T) {
 	f.waitStatus(priya, b, store.StatusCancelled)
 
 	// A replay of the first run.
-	r := f.do(priya, "POST", "/v1/runs/"+a+":replay", map[string]any{"from_step": 1})
-	if r.status != http.StatusAccepted {
-		t.Fatalf("replay: %s", r)
-	}
-	var rp api.Run
-	r.decode(t, &rp)
-	f.waitStatus(priya, rp.ID, store.StatusCompleted)
+	replay := f.replayCompleted(priya, a, 1)
 
 	// The use cases called directly (as the CLI and evals do) go the same way.
 	c, err := f.p.Runs.Start(ctx, runs.StartRequest{Agent: demoAgent, Task: demoTask, Tenant: bankTenant, User: priya, Mode: "async"})
@@ -86,7 +79,7 @@ func TestEverythingGoesThroughTheEngine(t *testing.T) {
 			t.Errorf("engine saw %d %s, want %d (all: %v)", got[op], op, n, got)
 		}
 	}
-	if !hasCall(calls, "start", rp.ID, "replay of "+a) {
+	if !hasCall(calls, "start", replay, "replay of "+a) {
 		t.Errorf("the replay did not start through the engine as a replay of %s: %+v", a, calls)
 	}
 	if n := guard.writes(); n < len(calls) {
