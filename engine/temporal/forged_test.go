@@ -11,7 +11,6 @@ import (
 
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
-	"github.com/agentplane/agentplane/store/sqlite"
 )
 
 // TestForgedSignalRefused: a Temporal signal sent around agentplane
@@ -23,11 +22,7 @@ import (
 func TestForgedSignalRefused(t *testing.T) {
 	_, c := devServer(t, client.Options{})
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	e, err := New(Options{Client: c, TaskQueue: "forged", Store: st, Workflow: approvalSteps(false), Activities: countActivities(t), Poll: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentplane/agentplane/engine/temporal/temporaltest"
+	"github.com/agentplane/agentplane/store/sqlite"
 )
 
 var queueSeq atomic.Int64
@@ -99,4 +100,16 @@ func describeRun(t testing.TB, c client.Client, id, runID string) *workflowpb.Wo
 		t.Fatalf("describe %s/%s: %v", id, runID, err)
 	}
 	return d.RawResponse.GetWorkflowExecutionInfo()
+}
+
+// tempStore opens a SQLite store in a temporary folder, closed when the
+// test ends.
+func tempStore(t *testing.T) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

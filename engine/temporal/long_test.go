@@ -13,7 +13,6 @@ import (
 
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
-	"github.com/agentplane/agentplane/store/sqlite"
 	"github.com/agentplane/agentplane/trace"
 )
 
@@ -66,11 +65,7 @@ func TestLongRunContinuesAsNew(t *testing.T) {
 	const total = 2000
 	_, c := devServer(t, client.Options{})
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	var calls atomic.Int64
 	seen := make([]atomic.Int32, total+1)
 	acts, err := engine.NewActivities(engine.NewActivity("test.count", func(_ context.Context, in countIn) (countOut, error) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
-	"github.com/agentplane/agentplane/store/sqlite"
 )
 
 // collectSignals waits until it has taken want signals, then records their
@@ -43,11 +42,7 @@ func collectSignals(want int) engine.Workflow {
 func TestSignalBeforeWorkflowStarts(t *testing.T) {
 	_, c := devServer(t, client.Options{})
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	e, err := New(Options{Client: c, TaskQueue: "early", Store: st, Workflow: collectSignals(2), Activities: countActivities(t), Poll: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

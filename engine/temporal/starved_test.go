@@ -9,7 +9,6 @@ import (
 
 	"github.com/agentplane/agentplane/engine"
 	"github.com/agentplane/agentplane/store"
-	"github.com/agentplane/agentplane/store/sqlite"
 )
 
 // TestStarvedWorkflowIsNoDeadlock: workflow code that runs for 1.5 s
@@ -20,11 +19,7 @@ import (
 func TestStarvedWorkflowIsNoDeadlock(t *testing.T) {
 	_, c := devServer(t, client.Options{})
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := tempStore(t)
 	acts, err := engine.NewActivities()
 	if err != nil {
 		t.Fatal(err)
