@@ -48,38 +48,32 @@ func TestBatchWithAFailingAppend(t *testing.T) {
 		return store.Event{RunID: id, Seq: seq, Type: "step_started", At: now, Payload: []byte(fmt.Sprintf(`{"n":%d}`, seq))}
 	}
 
-	// Hold the writing connection so that the appends below queue up while
-	// the writer waits for it, and the failing ones share a batch with
-	// good ones.
-	conn, err := s.w.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	steps := 3
 	for i := 1; i <= steps; i++ {
 		if err := s.Append(ctx, store.AppendRequest{RunID: "good", Epoch: epochs["good"], Events: []store.Event{event("good", int64(i))}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	results := make(chan error, 3)
-	durable := func(id string, epoch, seq int64) {
-		go func() {
-			results <- s.Append(ctx, store.AppendRequest{RunID: id, Epoch: epoch, Events: []store.Event{event(id, seq)}, Durable: true})
-		}()
+	if err := s.Flush(ctx, "good"); err != nil {
+		t.Fatal(err)
 	}
-	durable("fenced", epochs["fenced"]+1, 1)
-	durable("gap", epochs["gap"], 5)
-	durable("good", epochs["good"], int64(steps+1))
-	// The writer took one or more of the buffered appends into a batch and
-	// waits for the connection; the three durable ones queue for the next.
-	for len(s.queue) < 3 {
-		time.Sleep(time.Millisecond)
+	// One batch, handed to the writer's commit directly so that its make-up
+	// does not depend on when the writer goroutine wakes (the writer is idle:
+	// every append above is committed). A non-durable good append leads it
+	// so that the failures share a transaction with appends before and
+	// after them.
+	op := func(id string, epoch, seq int64) *appendOp {
+		return &appendOp{req: store.AppendRequest{RunID: id, Epoch: epoch, Events: []store.Event{event(id, seq)}, Durable: true}, done: make(chan error, 1)}
 	}
-	conn.Close()
-
+	lead := &appendOp{req: store.AppendRequest{RunID: "good", Epoch: epochs["good"], Events: []store.Event{event("good", int64(steps+1))}}}
+	batch := []*appendOp{lead, op("fenced", epochs["fenced"]+1, 1), op("gap", epochs["gap"], 5), op("good", epochs["good"], int64(steps+2))}
+	s.commit(batch)
+	if err := s.takeSticky("good", epochs["good"]); err != nil {
+		t.Fatalf("the non-durable append of the batch failed: %v", err)
+	}
 	var errs []error
-	for range 3 {
-		errs = append(errs, <-results)
+	for _, o := range batch[1:] {
+		errs = append(errs, <-o.done)
 	}
 	var lost, conflict, ok int
 	for _, err := range errs {
@@ -97,7 +91,7 @@ func TestBatchWithAFailingAppend(t *testing.T) {
 	if ok != 1 || lost != 1 || conflict != 1 {
 		t.Fatalf("durable appends: %d ok, %d lease lost, %d conflicts (%v); want one each", ok, lost, conflict, errs)
 	}
-	for id, want := range map[string]int{"good": steps + 1, "fenced": 0, "gap": 0} {
+	for id, want := range map[string]int{"good": steps + 2, "fenced": 0, "gap": 0} {
 		evs, err := s.Events(ctx, id, 0, 0)
 		if err != nil {
 			t.Fatal(err)
