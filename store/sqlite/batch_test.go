@@ -110,3 +110,73 @@ func TestBatchWithAFailingAppend(t *testing.T) {
 		fedMu.Unlock()
 	}
 }
+
+// The appends of one run in one batch are written with one run-row update:
+// the row ends as the ops in turn would leave it (each field from the last
+// op that sets it), every event lands, and ops that cannot be joined (an
+// empty Flush among them) are still written one by one.
+func TestBatchJoinsARunsAppends(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	epochs := map[string]int64{}
+	for _, id := range []string{"joined", "flushed"} {
+		if err := s.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
+			Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := s.ClaimRunByID(ctx, id, "w", time.Minute, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epochs[id] = r.LeaseEpoch
+	}
+	op := func(id string, seq int64, n int, u *store.RunUpdate) *appendOp {
+		o := &appendOp{req: store.AppendRequest{RunID: id, Epoch: epochs[id], Update: u, Durable: true}, done: make(chan error, 1)}
+		for i := range n {
+			o.req.Events = append(o.req.Events, store.Event{RunID: id, Seq: seq + int64(i), Type: "step_started", At: now, Payload: []byte(`{}`)})
+		}
+		return o
+	}
+	one, three := 1, 3
+	var in, out int64 = 10, 30
+	usd, result := "USD", "done"
+	batch := []*appendOp{
+		op("joined", 1, 2, &store.RunUpdate{Steps: &one, InputTokens: &in, Currency: &usd}),
+		op("flushed", 1, 1, nil),
+		op("joined", 3, 1, nil),
+		op("flushed", 0, 0, nil), // a Flush: nothing to join
+		op("joined", 4, 3, &store.RunUpdate{Steps: &three, OutputTokens: &out, Result: &result}),
+		op("flushed", 2, 1, nil),
+	}
+	if j := coalesce([]*appendOp{batch[1], batch[3], batch[5]}); j != nil {
+		t.Fatal("ops around an empty Flush were joined")
+	}
+	s.commit(batch)
+	for i, o := range batch {
+		if err := <-o.done; err != nil {
+			t.Fatalf("op %d: %v", i, err)
+		}
+	}
+	for id, want := range map[string]int{"joined": 6, "flushed": 2} {
+		evs, err := s.Events(ctx, id, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != want {
+			t.Errorf("run %s: %d events, want %d", id, len(evs), want)
+		}
+	}
+	r, err := s.GetRun(ctx, "joined")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.LastSeq != 6 || r.Steps != 3 || r.InputTokens != 10 || r.OutputTokens != 30 || r.Currency != "USD" || r.Result != "done" {
+		t.Errorf("joined run row: last seq %d, steps %d, tokens %d/%d, currency %q, result %q; want 6, 3, 10/30, USD, done",
+			r.LastSeq, r.Steps, r.InputTokens, r.OutputTokens, r.Currency, r.Result)
+	}
+}

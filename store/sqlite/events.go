@@ -179,10 +179,16 @@ func (s *Store) commit(batch []*appendOp) {
 		return
 	}
 	failed := false
-	for _, op := range batch {
-		if err := s.stmts.appendOne(ctx, tx, op); err != nil {
-			failed = true
-			break
+write:
+	for _, ops := range byRun(batch) {
+		if joined := coalesce(ops); joined != nil {
+			ops = []*appendOp{joined}
+		}
+		for _, op := range ops {
+			if err := s.stmts.appendOne(ctx, tx, op); err != nil {
+				failed = true
+				break write
+			}
 		}
 	}
 	if failed {
@@ -242,6 +248,97 @@ func (s *Store) feed(batch []*appendOp, errs []error) {
 			fn(op.req.RunID, op.req.Events)
 		}
 	}
+}
+
+// byRun splits a batch into the ops of each run, runs in the order they
+// first appear and each run's ops in their order. Runs are independent, so
+// the batch may be written run by run.
+func byRun(batch []*appendOp) [][]*appendOp {
+	if len(batch) == 1 {
+		return [][]*appendOp{batch}
+	}
+	at := make(map[string]int, len(batch))
+	var out [][]*appendOp
+	for _, op := range batch {
+		i, ok := at[op.req.RunID]
+		if !ok {
+			i = len(out)
+			at[op.req.RunID] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], op)
+	}
+	return out
+}
+
+// coalesce returns one op that writes what the ops of one run write in
+// turn: their events in one run-row update rather than an update per op,
+// which was most of the writer's statements with many runs appending a step
+// at a time. It returns nil when the ops cannot be joined (an op without
+// events, another epoch, seqs that do not follow on): the caller writes
+// them one by one. A joined op that fails fails the batch's fast path, and
+// the ops are written again one by one, each in its own savepoint, so that
+// a failure stays the failing op's own.
+func coalesce(ops []*appendOp) *appendOp {
+	if len(ops) == 1 {
+		return ops[0]
+	}
+	first := &ops[0].req
+	n := 0
+	for _, op := range ops {
+		r := &op.req
+		if len(r.Events) == 0 || r.Epoch != first.Epoch || r.Events[0].Seq != first.Events[0].Seq+int64(n) {
+			return nil
+		}
+		n += len(r.Events)
+	}
+	joined := &appendOp{req: store.AppendRequest{RunID: first.RunID, Epoch: first.Epoch, Events: make([]store.Event, 0, n)}}
+	for _, op := range ops {
+		if op.prompts != nil {
+			if joined.prompts == nil {
+				joined.prompts = make([]string, n)
+			}
+			copy(joined.prompts[len(joined.req.Events):], op.prompts)
+		}
+		joined.req.Events = append(joined.req.Events, op.req.Events...)
+		joined.req.Update = mergeUpdate(joined.req.Update, op.req.Update)
+		joined.req.ConsumeSignals = append(joined.req.ConsumeSignals, op.req.ConsumeSignals...)
+	}
+	return joined
+}
+
+// mergeUpdate is a, then b: b's fields where it sets them.
+func mergeUpdate(a, b *store.RunUpdate) *store.RunUpdate {
+	if a == nil || b == nil {
+		if a == nil {
+			return b
+		}
+		return a
+	}
+	m := *a
+	set := func(dst **string, src *string) {
+		if src != nil {
+			*dst = src
+		}
+	}
+	set(&m.Status, b.Status)
+	set(&m.Currency, b.Currency)
+	set(&m.Result, b.Result)
+	if b.Steps != nil {
+		m.Steps = b.Steps
+	}
+	for _, f := range []struct{ dst, src **int64 }{{&m.InputTokens, &b.InputTokens}, {&m.OutputTokens, &b.OutputTokens}, {&m.CostMicros, &b.CostMicros}} {
+		if *f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	if b.CostUnknown != nil {
+		m.CostUnknown = b.CostUnknown
+	}
+	if b.WakeAt != nil {
+		m.WakeAt = b.WakeAt
+	}
+	return &m
 }
 
 // appendIsolated writes each op of batch in its own savepoint, recording

@@ -123,7 +123,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		w.Close()
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
+	// Every reading connection stays open: one opened anew parses the
+	// schema and prepares each statement again (with the default of two
+	// idle connections, concurrent runs churned through them at every step).
 	r.SetMaxOpenConns(8)
+	r.SetMaxIdleConns(8)
+	r.SetConnMaxLifetime(0)
 	s := &Store{
 		dir: o.Dir, w: writer{w}, r: r, log: o.Logger,
 		queue: make(chan *appendOp, 4096), done: make(chan struct{}),
