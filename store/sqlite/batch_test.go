@@ -180,3 +180,52 @@ func TestBatchJoinsARunsAppends(t *testing.T) {
 			r.LastSeq, r.Steps, r.InputTokens, r.OutputTokens, r.Currency, r.Result)
 	}
 }
+
+// A release queued behind a failed append of the same worker fails with it
+// in their batch, and the run stays leased: a worker whose last events did
+// not land must not end its run as if they had.
+func TestReleaseAfterAFailedAppendInItsBatch(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	if err := s.CreateRun(ctx, &store.Run{ID: "r", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
+		Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ClaimRunByID(ctx, "r", "w", time.Minute, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := &appendOp{req: store.AppendRequest{RunID: "r", Epoch: r.LeaseEpoch,
+		Events: []store.Event{{RunID: "r", Seq: 7, Type: "step_started", At: now, Payload: []byte(`{}`)}}}}
+	done := store.StatusCompleted
+	release, released := s.releaseOp("r", r.LeaseEpoch, store.RunUpdate{Status: &done})
+	s.commit([]*appendOp{gap, release})
+	if err := <-release.done; !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("release after a failed append: %v, want the append's conflict", err)
+	}
+	if *released {
+		t.Fatal("the release reports the lease released")
+	}
+	got, err := s.GetRun(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != store.StatusRunning || got.LeaseOwner != "w" {
+		t.Fatalf("run is %s, leased by %q; want running, leased by w", got.Status, got.LeaseOwner)
+	}
+	// Released on its own, it ends the run.
+	release, released = s.releaseOp("r", r.LeaseEpoch, store.RunUpdate{Status: &done})
+	s.clearSticky("r")
+	s.commit([]*appendOp{release})
+	if err := <-release.done; err != nil || !*released {
+		t.Fatalf("release: %v (released %v)", err, *released)
+	}
+	if got, _ = s.GetRun(ctx, "r"); got.Status != store.StatusCompleted || got.LeaseOwner != "" {
+		t.Fatalf("run is %s, leased by %q; want completed, no lease", got.Status, got.LeaseOwner)
+	}
+}

@@ -16,6 +16,32 @@ type appendOp struct {
 	// "" for none), found by the appending goroutine so that the single
 	// writer does not decode payloads.
 	prompts []string
+	// write, when set, is a write of another kind made in the batch's
+	// transaction instead of an append (a claim, a release, a lease
+	// renewal: see writeInBatch). It may run twice, when its batch is
+	// written again op by op, and keeps its results only in variables it
+	// sets afresh each time.
+	write func(ctx context.Context, tx *sql.Tx) error
+}
+
+// writeInBatch makes write part of the writer's next group commit and
+// returns once that commit is durable, with write's error. Claims and
+// releases made their own transactions on the single writing connection
+// before: each one an fsync of its own, waited for between two batches,
+// and with many runs starting and ending they were most of the commits.
+// write should check the caller's ctx itself before it writes: a caller
+// that gave up may still find the write made.
+func (s *Store) writeInBatch(ctx context.Context, runID string, write func(ctx context.Context, tx *sql.Tx) error) error {
+	op := &appendOp{req: store.AppendRequest{RunID: runID, Durable: true}, write: write, done: make(chan error, 1)}
+	if err := s.enqueue(ctx, op); err != nil {
+		return err
+	}
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Append implements store.EventStore.
@@ -210,6 +236,7 @@ write:
 		finish(fmt.Errorf("sqlite store: commit: %w", classify(err)))
 		return
 	}
+	s.committed()
 	s.feed(batch, errs)
 	finish(nil)
 }
@@ -344,31 +371,62 @@ func mergeUpdate(a, b *store.RunUpdate) *store.RunUpdate {
 // appendIsolated writes each op of batch in its own savepoint, recording
 // an op's failure in errs; its error is one that ends the transaction.
 func (w *writeStmts) appendIsolated(ctx context.Context, tx *sql.Tx, batch []*appendOp, errs []error) error {
+	// An op after a failed op of the same run and epoch fails with it, as
+	// it would in a batch of its own (a Flush or a release reports the
+	// failure of the appends before it).
+	type key struct {
+		run   string
+		epoch int64
+	}
+	var failed map[key]error
 	for i, op := range batch {
-		if empty(&op.req) {
+		k := key{op.req.RunID, op.req.Epoch}
+		if err := failed[k]; err != nil && k.epoch != 0 {
+			errs[i] = err
 			continue
 		}
-		if _, err := tx.StmtContext(ctx, w.savepoint).ExecContext(ctx); err != nil {
-			errs[i] = classify(err)
+		if empty(op) {
 			continue
 		}
-		if err := w.appendOne(ctx, tx, op); err != nil {
-			errs[i] = classify(err)
-			if _, rbErr := tx.StmtContext(ctx, w.rollbackTo).ExecContext(ctx); rbErr != nil {
-				return fmt.Errorf("sqlite store: rollback to savepoint: %w", rbErr)
+		if err := w.appendSaved(ctx, tx, op); err != nil {
+			if errors.Is(err, errTxBroken) {
+				return err
 			}
-		}
-		if _, err := tx.StmtContext(ctx, w.release).ExecContext(ctx); err != nil {
-			return fmt.Errorf("sqlite store: release savepoint: %w", err)
+			errs[i] = err
+			if failed == nil {
+				failed = map[key]error{}
+			}
+			failed[k] = err
 		}
 	}
 	return nil
 }
 
+// errTxBroken marks an error that ends the batch's transaction.
+var errTxBroken = errors.New("sqlite store: the batch's transaction is broken")
+
+// appendSaved writes op in a savepoint of its own, undone if op fails.
+func (w *writeStmts) appendSaved(ctx context.Context, tx *sql.Tx, op *appendOp) error {
+	if _, err := tx.StmtContext(ctx, w.savepoint).ExecContext(ctx); err != nil {
+		return classify(err)
+	}
+	opErr := w.appendOne(ctx, tx, op)
+	if opErr != nil {
+		if _, err := tx.StmtContext(ctx, w.rollbackTo).ExecContext(ctx); err != nil {
+			return fmt.Errorf("%w: rollback to savepoint: %w", errTxBroken, err)
+		}
+	}
+	if _, err := tx.StmtContext(ctx, w.release).ExecContext(ctx); err != nil {
+		return fmt.Errorf("%w: release savepoint: %w", errTxBroken, err)
+	}
+	return classify(opErr)
+}
+
 // empty reports an op with nothing to write (Flush): it only waits for the
 // commit that covers the ops queued before it, which its batch's is.
-func empty(req *store.AppendRequest) bool {
-	return len(req.Events) == 0 && req.Update == nil && len(req.ConsumeSignals) == 0
+func empty(op *appendOp) bool {
+	req := &op.req
+	return op.write == nil && len(req.Events) == 0 && req.Update == nil && len(req.ConsumeSignals) == 0
 }
 
 // writeStmts are the statements of the append path, prepared once on the
@@ -380,6 +438,8 @@ type writeStmts struct {
 	// name those columns: SQLite rewrites every index on a column an UPDATE
 	// assigns (five on status), even to the value it had.
 	seqOnly, counters, update *sql.Stmt
+	// Claims, renewals and releases, made in the batches too.
+	claimable, leaseRun, runByID, renew, releaseRun *sql.Stmt
 }
 
 // The run row's updates guard the append: WHERE names the lease epoch and
@@ -399,6 +459,15 @@ WHERE id = ? AND lease_epoch = ? AND last_seq = ?`
 WHERE id = ? AND lease_epoch = ? AND last_seq = ?`
 )
 
+// releaseRunSQL ends a run's lease under its epoch, with what the release
+// changes (NULL leaves a column as it is).
+const releaseRunSQL = `UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = ?,
+  status = COALESCE(?, status), steps = COALESCE(?, steps), input_tokens = COALESCE(?, input_tokens),
+  output_tokens = COALESCE(?, output_tokens), cost_micros = COALESCE(?, cost_micros),
+  currency = COALESCE(?, currency), cost_unknown = COALESCE(?, cost_unknown), result = COALESCE(?, result),
+  wake_at = COALESCE(?, wake_at)
+WHERE id = ? AND lease_epoch = ?`
+
 func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 	var w writeStmts
 	for _, p := range []struct {
@@ -412,6 +481,12 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		{&w.seqOnly, seqOnlySQL},
 		{&w.counters, countersSQL},
 		{&w.update, updateRunSQL},
+		{&w.claimable, "SELECT id FROM runs WHERE id = :id AND " + runnable},
+		{&w.leaseRun, `UPDATE runs SET status = 'running', lease_owner = ?, lease_expires = ?, lease_ttl = ?,
+  lease_epoch = lease_epoch + 1, updated_at = ? WHERE id = ?`},
+		{&w.runByID, "SELECT " + runCols + " FROM runs WHERE id = ?"},
+		{&w.renew, "UPDATE runs SET lease_expires = ?, lease_ttl = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'"},
+		{&w.releaseRun, releaseRunSQL},
 		{&w.savepoint, "SAVEPOINT op"},
 		{&w.rollbackTo, "ROLLBACK TO op"},
 		{&w.release, "RELEASE op"},
@@ -460,7 +535,8 @@ func (r *readStmts) close() {
 }
 
 func (w *writeStmts) close() {
-	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.seqOnly, w.counters, w.update, w.savepoint, w.rollbackTo, w.release} {
+	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.seqOnly, w.counters, w.update,
+		w.claimable, w.leaseRun, w.runByID, w.renew, w.releaseRun, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			st.Close()
 		}
@@ -479,8 +555,11 @@ func opt[T any](p *T) any {
 // the log is read only when the guard fails (to say why) or when the
 // append holds no event (nothing to check its seq against).
 func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, op *appendOp) error {
+	if op.write != nil {
+		return op.write(ctx, tx)
+	}
 	req := &op.req
-	if empty(req) {
+	if empty(op) {
 		return nil
 	}
 	var after int64 // the seq the events follow
@@ -573,47 +652,6 @@ func (w *writeStmts) updateRun(ctx context.Context, tx *sql.Tx, req *store.Appen
 	}
 	return tx.StmtContext(ctx, w.update).ExecContext(ctx, lastSeq, opt(u.Status), opt(u.Steps), opt(u.InputTokens),
 		opt(u.OutputTokens), opt(u.CostMicros), opt(u.Currency), unknown, opt(u.Result), wake, req.RunID, req.Epoch, after)
-}
-
-// runUpdateSQL renders the SET clause fragments (each starting with a comma).
-func runUpdateSQL(u *store.RunUpdate) (string, []any) {
-	if u == nil {
-		return "", nil
-	}
-	var q string
-	var args []any
-	add := func(col string, v any) {
-		q += ", " + col + " = ?"
-		args = append(args, v)
-	}
-	if u.Status != nil {
-		add("status", *u.Status)
-	}
-	if u.Steps != nil {
-		add("steps", *u.Steps)
-	}
-	if u.InputTokens != nil {
-		add("input_tokens", *u.InputTokens)
-	}
-	if u.OutputTokens != nil {
-		add("output_tokens", *u.OutputTokens)
-	}
-	if u.CostMicros != nil {
-		add("cost_micros", *u.CostMicros)
-	}
-	if u.Currency != nil {
-		add("currency", *u.Currency)
-	}
-	if u.CostUnknown != nil {
-		add("cost_unknown", boolInt(*u.CostUnknown))
-	}
-	if u.Result != nil {
-		add("result", *u.Result)
-	}
-	if u.WakeAt != nil {
-		add("wake_at", micros(*u.WakeAt))
-	}
-	return q, args
 }
 
 // blob returns b, or an empty slice for nil, which the driver would bind as

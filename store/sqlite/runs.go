@@ -246,22 +246,29 @@ func (s *Store) claimNext(ctx context.Context, owner string, ttl time.Duration, 
 		return nil, err
 	}
 
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	err = tx.QueryRowContext(ctx, pickInteractive, nowArg).Scan(&id, &created)
-	if errors.Is(err, sql.ErrNoRows) && !interactiveOnly {
-		err = s.claimFair(ctx, tx, nowArg, &id)
-	}
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, store.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	return s.lease(ctx, tx, id, owner, ttl, now)
+	// Then claim in the writer's next group commit, looking again there:
+	// another worker may have claimed the run meanwhile.
+	var r *store.Run
+	err = s.writeInBatch(ctx, "", func(wctx context.Context, tx *sql.Tx) error {
+		r = nil
+		if ctx.Err() != nil {
+			return nil // the caller gave up: claim nothing
+		}
+		var id string
+		err := tx.QueryRowContext(wctx, pickInteractive, nowArg).Scan(&id, &created)
+		if errors.Is(err, sql.ErrNoRows) && !interactiveOnly {
+			err = s.claimFair(wctx, tx, nowArg, &id)
+		}
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r, err = s.stmts.lease(wctx, tx, id, owner, ttl, now)
+		return err
+	})
+	return s.claimed(ctx, r, err)
 }
 
 // claimFair picks the background run to claim and charges its tenant.
@@ -291,70 +298,134 @@ const runnable = `(
       OR EXISTS (SELECT 1 FROM signals WHERE signals.run_id = runs.id AND consumed = 0)))
 )`
 
-// claim leases run id if it is runnable.
+// claim leases run id if it is runnable, in the writer's next group commit.
 func (s *Store) claim(ctx context.Context, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	var got string
-	if err := tx.QueryRowContext(ctx, "SELECT id FROM runs WHERE id = :id AND "+runnable,
-		sql.Named("now", micros(now)), sql.Named("id", id)).Scan(&got); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, store.ErrNotFound
+	var r *store.Run
+	err := s.writeInBatch(ctx, id, func(wctx context.Context, tx *sql.Tx) error {
+		r = nil
+		if ctx.Err() != nil {
+			return nil // the caller gave up: claim nothing
 		}
-		return nil, err
-	}
-	return s.lease(ctx, tx, got, owner, ttl, now)
+		var got string
+		err := tx.StmtContext(wctx, s.stmts.claimable).QueryRowContext(wctx, sql.Named("now", micros(now)), sql.Named("id", id)).Scan(&got)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r, err = s.stmts.lease(wctx, tx, got, owner, ttl, now)
+		return err
+	})
+	return s.claimed(ctx, r, err)
 }
 
-// lease gives run id to owner in tx and commits.
-func (s *Store) lease(ctx context.Context, tx *sql.Tx, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'running', lease_owner = ?, lease_expires = ?, lease_ttl = ?,
-		lease_epoch = lease_epoch + 1, updated_at = ? WHERE id = ?`,
-		owner, micros(now.Add(ttl)), ttl.Microseconds(), micros(now), id); err != nil {
-		return nil, err
-	}
-	r, err := scanRun(tx.QueryRowContext(ctx, "SELECT "+runCols+" FROM runs WHERE id = ?", id))
+// claimed is the outcome of a claim made in a batch: the leased run, or
+// why there is none.
+func (s *Store) claimed(ctx context.Context, r *store.Run, err error) (*store.Run, error) {
 	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
 		return nil, classify(err)
 	}
-	s.clearSticky(id)
+	if r == nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, store.ErrNotFound
+	}
+	s.clearSticky(r.ID)
 	return r, nil
+}
+
+// lease gives run id to owner in tx.
+func (w *writeStmts) lease(ctx context.Context, tx *sql.Tx, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
+	if _, err := tx.StmtContext(ctx, w.leaseRun).ExecContext(ctx, owner, micros(now.Add(ttl)), ttl.Microseconds(), micros(now), id); err != nil {
+		return nil, err
+	}
+	return scanRun(tx.StmtContext(ctx, w.runByID).QueryRowContext(ctx, id))
+}
+
+// releaseOp is the writer's op that releases run id under epoch with u;
+// *released says, once it committed, whether the lease was still epoch's.
+func (s *Store) releaseOp(id string, epoch int64, u store.RunUpdate) (op *appendOp, released *bool) {
+	var status, result, wake any
+	if u.Status != nil {
+		status = *u.Status
+	}
+	if u.Result != nil {
+		result = *u.Result
+	}
+	if u.WakeAt != nil {
+		wake = micros(*u.WakeAt)
+	}
+	var unknown any
+	if u.CostUnknown != nil {
+		unknown = boolInt(*u.CostUnknown)
+	}
+	released = new(bool)
+	op = &appendOp{req: store.AppendRequest{RunID: id, Epoch: epoch, Durable: true}, done: make(chan error, 1)}
+	op.write = func(wctx context.Context, tx *sql.Tx) error {
+		*released = false
+		// An append of this worker's that failed in an earlier batch.
+		if err := s.takeSticky(id, epoch); err != nil {
+			return err
+		}
+		res, err := tx.StmtContext(wctx, s.stmts.releaseRun).ExecContext(wctx, micros(time.Now()), status, opt(u.Steps), opt(u.InputTokens),
+			opt(u.OutputTokens), opt(u.CostMicros), opt(u.Currency), unknown, result, wake, id, epoch)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		*released = n == 1
+		return nil
+	}
+	return op, released
 }
 
 // RenewLease implements store.RunStore.
 func (s *Store) RenewLease(ctx context.Context, id string, epoch int64, ttl time.Duration, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_expires = ?, lease_ttl = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'",
-		micros(now.Add(ttl)), ttl.Microseconds(), id, epoch)
+	var renewed bool
+	err := s.writeInBatch(ctx, id, func(wctx context.Context, tx *sql.Tx) error {
+		res, err := tx.StmtContext(wctx, s.stmts.renew).ExecContext(wctx, micros(now.Add(ttl)), ttl.Microseconds(), id, epoch)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		renewed = n == 1
+		return nil
+	})
 	if err != nil {
-		return err
+		return classify(err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if !renewed {
 		return fmt.Errorf("renew lease of run %s: %w", id, store.ErrLeaseLost)
 	}
 	return nil
 }
 
-// ReleaseRun implements store.RunStore.
+// ReleaseRun implements store.RunStore. The release is an op of the
+// writer's queue under the caller's epoch, after the run's appends: it
+// fails with the first of them that failed (only the caller's own failed
+// appends matter), and commits in their batch.
 func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.RunUpdate) error {
-	// Flush under the caller's epoch: only its own failed appends matter.
-	if err := s.Append(ctx, store.AppendRequest{RunID: id, Epoch: epoch, Durable: true}); err != nil {
+	if err := s.takeSticky(id, epoch); err != nil {
 		return err
 	}
-	q, args := runUpdateSQL(&u)
-	args = append([]any{micros(time.Now())}, args...)
-	args = append(args, id, epoch)
-	res, err := s.w.ExecContext(ctx, "UPDATE runs SET lease_owner = '', lease_expires = 0, lease_ttl = 0, updated_at = ?"+q+
-		" WHERE id = ? AND lease_epoch = ?", args...)
-	if err != nil {
+	op, released := s.releaseOp(id, epoch, u)
+	if err := s.enqueue(ctx, op); err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	select {
+	case err := <-op.done:
+		if err != nil {
+			return classify(err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := s.takeSticky(id, epoch); err != nil {
+		return err
+	}
+	if !*released {
 		return fmt.Errorf("release run %s: %w", id, store.ErrLeaseLost)
 	}
 	return nil

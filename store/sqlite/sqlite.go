@@ -87,6 +87,9 @@ type Store struct {
 	feedMu sync.Mutex
 	feedID int64
 	feeds  map[int64]func(string, []store.Event) // FeedCommits
+
+	commits chan struct{} // the writer committed: wakes the checkpointer
+	ckpt    checkpointStats
 }
 
 var _ store.Store = (*Store)(nil)
@@ -109,7 +112,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		o.BusyTimeout = 10 * time.Second
 	}
 	path := filepath.Join(o.Dir, "agentplane.db")
-	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_txlock=immediate",
+	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(0)&_txlock=immediate",
 		path, o.BusyTimeout.Milliseconds())
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -131,7 +134,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	s := &Store{
 		dir: o.Dir, w: writer{w}, r: r, log: o.Logger,
-		queue: make(chan *appendOp, 4096), done: make(chan struct{}),
+		queue: make(chan *appendOp, 4096), done: make(chan struct{}), commits: make(chan struct{}, 1),
 		maxBatch: o.MaxBatch, sticky: map[string]map[int64]error{},
 	}
 	if err := s.migrate(ctx); err != nil {
@@ -167,8 +170,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.writer()
+	go s.checkpointer()
 	return s, nil
 }
 
