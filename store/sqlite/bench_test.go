@@ -1,10 +1,8 @@
 package sqlite
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -27,10 +25,6 @@ func BenchmarkAppend(b *testing.B) {
 func benchAppend(b *testing.B, writers int) {
 	s := openTemp(b)
 	ctx := b.Context()
-	// Keep every commit in the WAL so that countCommits can count them.
-	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_autocheckpoint = 0"); err != nil {
-		b.Fatal(err)
-	}
 	epochs := make([]int64, writers)
 	for i := range writers {
 		id := fmt.Sprintf("r%d", i)
@@ -43,7 +37,7 @@ func benchAppend(b *testing.B, writers int) {
 		}
 		epochs[i] = r.LeaseEpoch
 	}
-	before := countCommits(b, s)
+	before := s.ckpt.commits.Load()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -63,33 +57,7 @@ func benchAppend(b *testing.B, writers int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64(countCommits(b, s)-before)/float64(b.N), "commits/op")
-}
-
-// countCommits counts the commit frames in the store's write-ahead log
-// (frames whose header records the database size after a commit). It is
-// exact only while no checkpoint has reset the log.
-func countCommits(b *testing.B, s *Store) int {
-	data, err := os.ReadFile(filepath.Join(s.dir, "agentplane.db-wal"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	if len(data) < 32 {
-		return 0
-	}
-	pageSize := int(binary.BigEndian.Uint32(data[8:12]))
-	salt1, salt2 := binary.BigEndian.Uint32(data[16:20]), binary.BigEndian.Uint32(data[20:24])
-	n := 0
-	for off := 32; off+24+pageSize <= len(data); off += 24 + pageSize {
-		h := data[off : off+24]
-		if binary.BigEndian.Uint32(h[8:12]) != salt1 || binary.BigEndian.Uint32(h[12:16]) != salt2 {
-			break // left over from before the log was last reset
-		}
-		if binary.BigEndian.Uint32(h[4:8]) != 0 {
-			n++
-		}
-	}
-	return n
+	b.ReportMetric(float64(s.ckpt.commits.Load()-before)/float64(b.N), "commits/op")
 }
 
 // BenchmarkFsync measures the disk's own floor: write 4 KiB and fsync, the

@@ -20,14 +20,17 @@ const (
 	checkpointIdle = time.Second
 )
 
-// checkpointStats are what the checkpointer has done (for tests).
+// checkpointStats are what the writer and the checkpointer have done (for
+// tests and benchmarks).
 type checkpointStats struct {
-	runs   atomic.Int64 // checkpoints run
-	frames atomic.Int64 // frames copied in all
+	commits atomic.Int64 // group commits
+	runs    atomic.Int64 // checkpoints run
+	frames  atomic.Int64 // frames copied in all
 }
 
 // committed tells the checkpointer that the writer committed.
 func (s *Store) committed() {
+	s.ckpt.commits.Add(1)
 	select {
 	case s.commits <- struct{}{}:
 	default:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/store"
+	sqlitedrv "modernc.org/sqlite"
 )
 
 // The writing connection never checkpoints (its commits do not stop to copy
@@ -87,5 +88,21 @@ func TestCheckpointerKeepsTheLogBounded(t *testing.T) {
 	}
 	if len(evs) != perRound*rounds {
 		t.Fatalf("%d events, want %d", len(evs), perRound*rounds)
+	}
+}
+
+// An open store commits with fdatasync(2) (see useFdatasync), and appends
+// made that way read back.
+func TestCommitsWithFdatasync(t *testing.T) {
+	s := openTemp(t)
+	if !sqlitedrv.FdatasyncEnabled() {
+		t.Fatal("SQLite still commits with fsync(2)")
+	}
+	ctx := context.Background()
+	if err := s.CreateRun(ctx, &store.Run{ID: "r", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x", Mode: "async"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetRun(ctx, "r"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -111,6 +111,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if o.BusyTimeout <= 0 {
 		o.BusyTimeout = 10 * time.Second
 	}
+	if err := useFdatasync(); err != nil {
+		return nil, err
+	}
 	path := filepath.Join(o.Dir, "agentplane.db")
 	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(0)&_txlock=immediate",
 		path, o.BusyTimeout.Milliseconds())
@@ -175,6 +178,20 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	go s.checkpointer()
 	return s, nil
 }
+
+// useFdatasync makes SQLite commit with fdatasync(2) rather than fsync(2),
+// as SQLite built by its own configure script does on Linux: the data and
+// the size a read needs reach the disk either way, but fsync also forces
+// the file's timestamps through the file system's journal, which was most
+// of what a commit waited for here (a group commit's fsync of the
+// write-ahead log took 1.4 ms where the disk's own floor is 0.2 ms). The
+// driver's switch is process-wide; every store of the process wants it.
+var useFdatasync = sync.OnceValue(func() error {
+	if _, err := sqlitedrv.Fdatasync(true); err != nil && !errors.Is(err, sqlitedrv.ErrFdatasyncUnavailable) {
+		return fmt.Errorf("sqlite store: commit with fdatasync: %w", err)
+	}
+	return nil
+})
 
 // Dir returns the data directory.
 func (s *Store) Dir() string { return s.dir }
