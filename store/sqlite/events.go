@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/agentplane/agentplane/store"
 )
@@ -432,7 +433,10 @@ func empty(op *appendOp) bool {
 // writeStmts are the statements of the append path, prepared once on the
 // single writing connection (parsing SQL per event dominated the profile).
 type writeStmts struct {
-	head, insert, prompt, consume, savepoint, rollbackTo, release *sql.Stmt
+	head, prompt, consume, savepoint, rollbackTo, release *sql.Stmt
+	// insert[n-1] inserts n events in one statement: a run's appends
+	// joined in a batch are written together.
+	insert [maxInsertRows]*sql.Stmt
 	// The run row's update with an append, in three forms, so that an
 	// append that does not change the status or the wake-up time does not
 	// name those columns: SQLite rewrites every index on a column an UPDATE
@@ -475,7 +479,6 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		q   string
 	}{
 		{&w.head, "SELECT last_seq, lease_epoch FROM runs WHERE id = ?"},
-		{&w.insert, "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES (?,?,?,?,?,?,?,?)"},
 		{&w.prompt, "INSERT OR IGNORE INTO run_prompt_hashes(prompt_hash, run_id) VALUES (?,?)"},
 		{&w.consume, "UPDATE signals SET consumed = 1 WHERE id = ? AND run_id = ? AND consumed = 0"},
 		{&w.seqOnly, seqOnlySQL},
@@ -497,7 +500,42 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		}
 		*p.dst = st
 	}
+	for n := 1; n <= maxInsertRows; n++ {
+		q := insertEventsSQL(n)
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("sqlite store: prepare %q: %w", q, err)
+		}
+		w.insert[n-1] = st
+	}
 	return &w, nil
+}
+
+// maxInsertRows bounds the events one INSERT writes.
+const maxInsertRows = 16
+
+func insertEventsSQL(n int) string {
+	return "INSERT INTO events(run_id, seq, type, step, at, payload, prev_hash, hash) VALUES " +
+		strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?),", n), ",")
+}
+
+// insertEvents inserts evs, up to maxInsertRows a statement.
+func (w *writeStmts) insertEvents(ctx context.Context, tx *sql.Tx, evs []store.Event) error {
+	args := make([]any, 0, 8*min(len(evs), maxInsertRows))
+	for len(evs) > 0 {
+		n := min(len(evs), maxInsertRows)
+		args = args[:0]
+		for i := range evs[:n] {
+			ev := &evs[i]
+			args = append(args, ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:])
+		}
+		if _, err := tx.StmtContext(ctx, w.insert[n-1]).ExecContext(ctx, args...); err != nil {
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
 }
 
 // readStmts are the reads every step of a run makes, prepared once on the
@@ -535,7 +573,12 @@ func (r *readStmts) close() {
 }
 
 func (w *writeStmts) close() {
-	for _, st := range []*sql.Stmt{w.head, w.insert, w.prompt, w.consume, w.seqOnly, w.counters, w.update,
+	for _, st := range w.insert {
+		if st != nil {
+			st.Close()
+		}
+	}
+	for _, st := range []*sql.Stmt{w.head, w.prompt, w.consume, w.seqOnly, w.counters, w.update,
 		w.claimable, w.leaseRun, w.runByID, w.renew, w.releaseRun, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			st.Close()
@@ -587,15 +630,13 @@ func (w *writeStmts) appendOne(ctx context.Context, tx *sql.Tx, op *appendOp) er
 		}
 		return fmt.Errorf("append to run %s: the run row did not take the append: %w", req.RunID, store.ErrConflict)
 	}
+	if err := w.insertEvents(ctx, tx, req.Events); err != nil {
+		return fmt.Errorf("append to run %s seq %d: %w", req.RunID, req.Events[0].Seq, err)
+	}
 	for i := range req.Events {
-		ev := &req.Events[i]
-		if _, err := tx.StmtContext(ctx, w.insert).ExecContext(ctx,
-			ev.RunID, ev.Seq, ev.Type, ev.Step, micros(ev.At), blob(ev.Payload), ev.PrevHash[:], ev.Hash[:]); err != nil {
-			return fmt.Errorf("append to run %s seq %d: %w", req.RunID, ev.Seq, err)
-		}
 		if op.prompts != nil && op.prompts[i] != "" {
-			if _, err := tx.StmtContext(ctx, w.prompt).ExecContext(ctx, op.prompts[i], ev.RunID); err != nil {
-				return fmt.Errorf("append to run %s seq %d: index prompt hash: %w", req.RunID, ev.Seq, err)
+			if _, err := tx.StmtContext(ctx, w.prompt).ExecContext(ctx, op.prompts[i], req.RunID); err != nil {
+				return fmt.Errorf("append to run %s seq %d: index prompt hash: %w", req.RunID, req.Events[i].Seq, err)
 			}
 		}
 	}
