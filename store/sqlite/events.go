@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/agentplane/agentplane/store"
 )
@@ -233,9 +234,14 @@ write:
 			return
 		}
 	}
+	version, vErr := s.stmts.readVersion(ctx, tx)
+	versionAt := time.Now()
 	if err := tx.Commit(); err != nil {
 		finish(fmt.Errorf("sqlite store: commit: %w", classify(err)))
 		return
+	}
+	if vErr == nil {
+		s.sigw.publish(version, versionAt)
 	}
 	s.committed()
 	s.feed(batch, errs)
@@ -444,6 +450,7 @@ type writeStmts struct {
 	seqOnly, counters, update *sql.Stmt
 	// Claims, renewals and releases, made in the batches too.
 	claimable, leaseRun, runByID, renew, releaseRun *sql.Stmt
+	signalVersion                                   *sql.Stmt
 }
 
 // The run row's updates guard the append: WHERE names the lease epoch and
@@ -490,6 +497,7 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		{&w.runByID, "SELECT " + runCols + " FROM runs WHERE id = ?"},
 		{&w.renew, "UPDATE runs SET lease_expires = ?, lease_ttl = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'"},
 		{&w.releaseRun, releaseRunSQL},
+		{&w.signalVersion, signalVersionSQL},
 		{&w.savepoint, "SAVEPOINT op"},
 		{&w.rollbackTo, "ROLLBACK TO op"},
 		{&w.release, "RELEASE op"},
@@ -579,7 +587,7 @@ func (w *writeStmts) close() {
 		}
 	}
 	for _, st := range []*sql.Stmt{w.head, w.prompt, w.consume, w.seqOnly, w.counters, w.update,
-		w.claimable, w.leaseRun, w.runByID, w.renew, w.releaseRun, w.savepoint, w.rollbackTo, w.release} {
+		w.claimable, w.leaseRun, w.runByID, w.renew, w.releaseRun, w.signalVersion, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			st.Close()
 		}

@@ -245,12 +245,19 @@ func (s *Store) SendSignal(ctx context.Context, sg *store.Signal) error {
 	if err != nil {
 		return err
 	}
-	sg.ID, err = res.LastInsertId()
-	return err
+	if sg.ID, err = res.LastInsertId(); err != nil {
+		return err
+	}
+	s.sigw.sent(sg.ID)
+	return nil
 }
 
 // PendingSignals implements store.SignalStore.
 func (s *Store) PendingSignals(ctx context.Context, runID string) ([]*store.Signal, error) {
+	none, version, record := s.sigw.known(runID)
+	if none {
+		return nil, nil
+	}
 	rows, err := s.reads.signals.QueryContext(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -266,7 +273,13 @@ func (s *Store) PendingSignals(ctx context.Context, runID string) ([]*store.Sign
 		sg.CreatedAt = fromMicros(created)
 		out = append(out, &sg)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 && record {
+		s.sigw.found(runID, version)
+	}
+	return out, nil
 }
 
 // MarkSignalConsumed implements store.SignalStore.

@@ -428,5 +428,6 @@ func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.
 	if !*released {
 		return fmt.Errorf("release run %s: %w", id, store.ErrLeaseLost)
 	}
+	s.sigw.forget(id)
 	return nil
 }

@@ -90,6 +90,7 @@ type Store struct {
 
 	commits chan struct{} // the writer committed: wakes the checkpointer
 	ckpt    checkpointStats
+	sigw    signalWatch
 }
 
 var _ store.Store = (*Store)(nil)
@@ -138,7 +139,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	s := &Store{
 		dir: o.Dir, w: writer{w}, r: r, log: o.Logger,
 		queue: make(chan *appendOp, 4096), done: make(chan struct{}), commits: make(chan struct{}, 1),
-		maxBatch: o.MaxBatch, sticky: map[string]map[int64]error{},
+		maxBatch: o.MaxBatch, sticky: map[string]map[int64]error{}, sigw: signalWatch{freshness: signalFreshness},
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.closeDBs()
