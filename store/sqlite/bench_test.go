@@ -37,7 +37,7 @@ func benchAppend(b *testing.B, writers int) {
 		}
 		epochs[i] = r.LeaseEpoch
 	}
-	before := s.ckpt.commits.Load()
+	before := s.stats.commits.Load()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -57,7 +57,7 @@ func benchAppend(b *testing.B, writers int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64(s.ckpt.commits.Load()-before)/float64(b.N), "commits/op")
+	b.ReportMetric(float64(s.stats.commits.Load()-before)/float64(b.N), "commits/op")
 }
 
 // BenchmarkFsync measures the disk's own floor: write 4 KiB and fsync, the

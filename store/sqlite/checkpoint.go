@@ -20,9 +20,10 @@ const (
 	checkpointIdle = time.Second
 )
 
-// checkpointStats are what the writer and the checkpointer have done (for
+// writerStats are what the writer and the checkpointer have done (for
 // tests and benchmarks).
-type checkpointStats struct {
+type writerStats struct {
+	batches atomic.Int64 // batches the writer began to write
 	commits atomic.Int64 // group commits
 	runs    atomic.Int64 // checkpoints run
 	frames  atomic.Int64 // frames copied in all
@@ -30,7 +31,7 @@ type checkpointStats struct {
 
 // committed tells the checkpointer that the writer committed.
 func (s *Store) committed() {
-	s.ckpt.commits.Add(1)
+	s.stats.commits.Add(1)
 	select {
 	case s.commits <- struct{}{}:
 	default:
@@ -67,8 +68,8 @@ func (s *Store) checkpoint() {
 		s.log.Warn("checkpoint of the write-ahead log", "err", err)
 		return
 	}
-	s.ckpt.runs.Add(1)
+	s.stats.runs.Add(1)
 	if copied > 0 {
-		s.ckpt.frames.Add(copied)
+		s.stats.frames.Add(copied)
 	}
 }

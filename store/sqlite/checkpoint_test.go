@@ -68,8 +68,8 @@ func TestCheckpointerKeepsTheLogBounded(t *testing.T) {
 		}
 		// Let the checkpointer catch up before the next round, as a pause
 		// in the traffic would.
-		want := s.ckpt.frames.Load() + 1
-		for deadline := time.Now().Add(20 * time.Second); s.ckpt.frames.Load() < want; time.Sleep(5 * time.Millisecond) {
+		want := s.stats.frames.Load() + 1
+		for deadline := time.Now().Add(20 * time.Second); s.stats.frames.Load() < want; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: the checkpointer copied nothing in 20 s", round)
 			}

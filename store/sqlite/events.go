@@ -185,6 +185,7 @@ func (s *Store) writer() {
 // the failure stays the failing op's own. A savepoint per op on every batch
 // cost two statements and a sub-journal copy of each page it touched.
 func (s *Store) commit(batch []*appendOp) {
+	s.stats.batches.Add(1)
 	ctx := context.Background()
 	errs := make([]error, len(batch))
 	finish := func(txErr error) {

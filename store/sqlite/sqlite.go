@@ -89,7 +89,7 @@ type Store struct {
 	feeds  map[int64]func(string, []store.Event) // FeedCommits
 
 	commits chan struct{} // the writer committed: wakes the checkpointer
-	ckpt    checkpointStats
+	stats   writerStats
 	sigw    signalWatch
 }
 

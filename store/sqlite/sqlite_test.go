@@ -226,9 +226,11 @@ func park(t *testing.T, s *Store) (unpark func()) {
 		t.Fatal(err)
 	}
 	parked := make(chan error, 1)
+	began := s.stats.batches.Load()
 	go func() { parked <- s.Flush(context.Background(), "park") }()
-	waitFor(t, func() bool { return len(s.queue) == 0 })
-	time.Sleep(10 * time.Millisecond) // let the writer get from its queue to BeginTx
+	// The writer has taken the Flush as its batch (and stopped filling it)
+	// once it begins to write it: it then waits for the connection.
+	waitFor(t, func() bool { return s.stats.batches.Load() > began })
 	return func() {
 		t.Helper()
 		conn.Close()
