@@ -7,12 +7,23 @@ import (
 )
 
 // The write-ahead log is copied into the database file by a checkpointer of
-// its own, on a reading connection, rather than by SQLite's automatic
-// checkpoint, which runs inside the commit that crosses 1,000 pages: on the
-// single writing connection, every append queued meanwhile waited for the
-// copy and its fsync. A passive checkpoint takes no write lock, so the
+// its own, on a reading connection, rather than only by SQLite's automatic
+// checkpoint, which runs inside the commit that crosses its threshold: on
+// the single writing connection, every append queued meanwhile waited for
+// the copy and its fsync. A passive checkpoint takes no write lock, so the
 // writer goes on committing while it runs.
+//
+// A passive checkpoint alone never lets the log start again from its
+// beginning while appends keep coming (the writer restarts it only when
+// every frame has been copied, and it is always appending more): under
+// steady load the log grew without bound. So the writer still
+// checkpoints, but only past walAutoCheckpoint pages, when the checkpointer
+// has already copied all but the last frames: the writer's pass is short,
+// completes, and its next transaction starts the log again.
 const (
+	// walAutoCheckpoint is the log's size in pages (4 KB) past which the
+	// writer checkpoints in its commit (SQLite's default is 1,000).
+	walAutoCheckpoint = 4000
 	// checkpointGap is the least time between two checkpoints.
 	checkpointGap = 100 * time.Millisecond
 	// checkpointIdle is how often the checkpointer looks without being

@@ -120,12 +120,13 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, err
 	}
 	path := filepath.Join(o.Dir, "agentplane.db")
-	// The writer checkpoints nothing itself (see checkpoint.go) and keeps
-	// up to 32 MB of pages in its cache: a batch's dirty pages must fit, or
-	// SQLite spills them into the log before the commit and writes them
-	// again in it.
-	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(0)&_pragma=cache_size(-32768)&_txlock=immediate",
-		path, o.BusyTimeout.Milliseconds())
+	// The writer checkpoints only once the log passes walAutoCheckpoint
+	// pages, by when the checkpointer has copied nearly all of it (see
+	// checkpoint.go), and keeps up to 32 MB of pages in its cache: a
+	// batch's dirty pages must fit, or SQLite spills them into the log
+	// before the commit and writes them again in it.
+	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(%d)&_pragma=cache_size(-32768)&_txlock=immediate",
+		path, o.BusyTimeout.Milliseconds(), walAutoCheckpoint)
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite store: %w", err)
