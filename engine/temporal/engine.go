@@ -438,7 +438,14 @@ func (e *Engine) reconcile(ctx context.Context, r *store.Run) error {
 	d, err := e.o.Client.DescribeWorkflow(ctx, r.ID, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return nil // not started yet
+		// No workflow: its Start stopped between storing the run and
+		// starting the workflow (a crash, a lost connection), or is still
+		// on its way. A queued run with nothing in its log is started now;
+		// launch leaves a workflow that a slow Start started meanwhile.
+		if r.Status == store.StatusQueued && r.LastSeq == 0 {
+			return e.launch(ctx, r.ID)
+		}
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("describe run %s: %w", r.ID, err)

@@ -111,3 +111,30 @@ func TestSignalBeforeWorkflowStarts(t *testing.T) {
 		t.Fatalf("signals left pending: %v %v", left, err)
 	}
 }
+
+// TestStartThatStoppedIsLaunched: a Start that stored the run and stopped
+// before its workflow was started (a crash between the two) leaves a queued
+// run nothing would ever signal; the workers' reconciliation starts its
+// workflow, and the run completes.
+func TestStartThatStoppedIsLaunched(t *testing.T) {
+	_, c := devServer(t, client.Options{})
+	ctx := context.Background()
+	st := tempStore(t)
+	e, err := New(Options{Client: c, TaskQueue: "stopped-start", Store: st, Workflow: collectSignals(0), Activities: countActivities(t),
+		Poll: 20 * time.Millisecond, Reconcile: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "stopped-start"
+	if err := st.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x", Mode: "async"}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := e.Work(wctx, engine.WorkOptions{UntilIdle: true}); err != nil || wctx.Err() != nil {
+		t.Fatalf("work: %v %v", err, wctx.Err())
+	}
+	if r, err := st.GetRun(ctx, id); err != nil || r.Status != store.StatusCompleted {
+		t.Fatalf("run after the workers' reconciliation: %+v %v, want completed", r, err)
+	}
+}
