@@ -14,11 +14,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/agentplane/agentplane/internal/jsonfields"
 )
 
 // Sentinel errors. Test with errors.Is.
@@ -141,13 +142,14 @@ func PromptHashOf(ev *Event) string {
 	if ev.Type != EventModelCall {
 		return ""
 	}
-	var mc struct {
-		PromptHash string `json:"prompt_hash"`
-	}
-	if json.Unmarshal(ev.Payload, &mc) != nil {
+	// Every model call is appended with its payload: read the one member
+	// without decoding the response (as json.Unmarshal into a struct of
+	// that field would read it).
+	var hash string
+	if jsonfields.Decode(ev.Payload, jsonfields.Field{Name: "prompt_hash", Into: &hash}) != nil {
 		return ""
 	}
-	h, _ := PromptHashHex(mc.PromptHash)
+	h, _ := PromptHashHex(hash)
 	return h
 }
 
