@@ -11,13 +11,13 @@ import (
 // narrow is what Decode is compared with: json.Unmarshal into a struct
 // holding only the fields asked for.
 type narrow struct {
-	Hash     string          `json:"prompt_hash"`
-	Cost     int64           `json:"cost_micros"`
-	Known    bool            `json:"cost_known"`
-	Delta    []int64         `json:"delta"`
+	Hash     string           `json:"prompt_hash"`
+	Cost     int64            `json:"cost_micros"`
+	Known    bool             `json:"cost_known"`
+	Delta    []int64          `json:"delta"`
 	Response *struct{ N int } `json:"response"`
-	Any      any             `json:"x"`
-	Raw      json.RawMessage `json:"raw"`
+	Any      any              `json:"x"`
+	Raw      json.RawMessage  `json:"raw"`
 }
 
 func decodeNarrow(data []byte) (narrow, error) {
