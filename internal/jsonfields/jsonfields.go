@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Field names one member to decode and where to put it.
@@ -51,8 +52,9 @@ func (e *SyntaxError) Error() string {
 // object nor null (json.Unmarshal into a struct refuses it too).
 var ErrNotObject = errors.New("jsonfields: the JSON value is not an object")
 
-type member struct {
-	name  []byte // quoted, as in the document
+// hit is a member of the top-level object that a field names.
+type hit struct {
+	field int
 	value []byte
 }
 
@@ -63,52 +65,84 @@ type member struct {
 // decoded), is not an object (ErrNotObject), or holds a value its field's
 // type cannot take (the first such error, every other field decoded).
 func Decode(data []byte, fields ...Field) error {
-	members, err := scan(data)
-	if err != nil {
+	p := parser{data: data, fields: fields}
+	if err := p.scan(); err != nil {
 		return err
 	}
 	var first error
-	for _, m := range members {
-		f := match(fields, m.name)
-		if f == nil {
+	for i := range p.nhits + len(p.extra) {
+		h := p.hit(i)
+		f := &fields[h.field]
+		if fast(f.Into, h.value) {
 			continue
 		}
-		if raw, ok := f.Into.(*Raw); ok {
-			*raw = m.value
-			continue
-		}
-		if err := json.Unmarshal(m.value, f.Into); err != nil && first == nil {
+		if err := json.Unmarshal(h.value, f.Into); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
 
-// match returns the field a member named quoted (the raw JSON string)
-// fills: the one named exactly so, else one equal to it without regard
-// to case.
-func match(fields []Field, quoted []byte) *Field {
+// fast decodes the commonest values without encoding/json, as it would
+// decode them; false leaves the value to it.
+func fast(into any, v []byte) bool {
+	switch t := into.(type) {
+	case *Raw:
+		*t = v
+		return true
+	case *string:
+		if len(v) >= 2 && v[0] == '"' && plain(v[1:len(v)-1]) {
+			*t = string(v[1 : len(v)-1])
+			return true
+		}
+	case *bool:
+		switch string(v) {
+		case "true":
+			*t = true
+			return true
+		case "false":
+			*t = false
+			return true
+		}
+	case *int64:
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			*t = n
+			return true
+		}
+	case *int:
+		if n, err := strconv.ParseInt(string(v), 10, strconv.IntSize); err == nil {
+			*t = int(n)
+			return true
+		}
+	}
+	return false
+}
+
+// match returns the index of the field a member named quoted (the raw
+// JSON string) fills: the one named exactly so, else one equal to it
+// without regard to case; -1 for none.
+func match(fields []Field, quoted []byte) int {
 	name := quoted[1 : len(quoted)-1]
 	if !plain(name) {
 		// Escapes or non-ASCII bytes: encoding/json's own unquoting
 		// (escapes resolved, invalid UTF-8 replaced).
 		var s string
 		if json.Unmarshal(quoted, &s) != nil {
-			return nil // cannot happen: scan validated the string
+			return -1 // cannot happen: the string was validated
 		}
 		name = []byte(s)
 	}
 	for i := range fields {
 		if string(name) == fields[i].Name {
-			return &fields[i]
+			return i
 		}
 	}
 	for i := range fields {
 		if bytes.EqualFold(name, []byte(fields[i].Name)) {
-			return &fields[i]
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 // plain reports whether s, the inside of a valid JSON string, is its own
@@ -122,41 +156,59 @@ func plain(s []byte) bool {
 	return true
 }
 
-// scan validates data and returns the members of its top-level object
-// (none for null).
-func scan(data []byte) ([]member, error) {
-	p := parser{data: data}
+// scan validates the document and collects the hits of its top-level
+// object (none for null).
+func (p *parser) scan() error {
+	data := p.data
 	i := p.space(0)
-	if i < len(data) && data[i] == '{' {
-		var members []member
-		end, ok := p.object(i, 1, &members)
-		if !ok {
-			return nil, &SyntaxError{Offset: p.bad}
-		}
-		if j := p.space(end); j != len(data) {
-			return nil, &SyntaxError{Offset: j}
-		}
-		return members, nil
+	top := i < len(data) && data[i] == '{'
+	var end int
+	var ok bool
+	if top {
+		end, ok = p.object(i, 1, true)
+	} else {
+		end, ok = p.value(i, 0)
 	}
-	end, ok := p.value(i, 0)
 	if !ok {
-		return nil, &SyntaxError{Offset: p.bad}
+		return &SyntaxError{Offset: p.bad}
 	}
 	if j := p.space(end); j != len(data) {
-		return nil, &SyntaxError{Offset: j}
+		return &SyntaxError{Offset: j}
 	}
-	if string(data[i:end]) == "null" {
-		return nil, nil
+	if !top && string(data[i:end]) != "null" {
+		return ErrNotObject
 	}
-	return nil, ErrNotObject
+	return nil
 }
 
 // parser validates JSON as encoding/json's scanner does. Each method
 // takes the offset where its value starts and returns the offset after
 // it; ok false records the offending offset in bad.
 type parser struct {
-	data []byte
-	bad  int
+	data   []byte
+	bad    int
+	fields []Field
+	// The top-level object's hits, in order: the first few in place (no
+	// allocation), the rest in extra.
+	nhits int
+	hits  [8]hit
+	extra []hit
+}
+
+func (p *parser) addHit(h hit) {
+	if p.nhits < len(p.hits) {
+		p.hits[p.nhits] = h
+		p.nhits++
+		return
+	}
+	p.extra = append(p.extra, h)
+}
+
+func (p *parser) hit(i int) hit {
+	if i < p.nhits {
+		return p.hits[i]
+	}
+	return p.extra[i-p.nhits]
 }
 
 func (p *parser) fail(i int) (int, bool) {
@@ -184,7 +236,7 @@ func (p *parser) value(i, depth int) (int, bool) {
 	case c == '"':
 		return p.str(i)
 	case c == '{':
-		return p.object(i, depth+1, nil)
+		return p.object(i, depth+1, false)
 	case c == '[':
 		return p.array(i, depth+1)
 	case c == '-' || (c >= '0' && c <= '9'):
@@ -206,9 +258,9 @@ func (p *parser) literal(i int, lit string) (int, bool) {
 	return i + len(lit), true
 }
 
-// object validates the object at i; with members set, it collects the
-// object's members.
-func (p *parser) object(i, depth int, members *[]member) (int, bool) {
+// object validates the object at i; with top set, it collects the hits
+// of its members.
+func (p *parser) object(i, depth int, top bool) (int, bool) {
 	if depth > maxDepth {
 		return p.fail(i)
 	}
@@ -233,8 +285,10 @@ func (p *parser) object(i, depth int, members *[]member) (int, bool) {
 		if !ok {
 			return ve, false
 		}
-		if members != nil {
-			*members = append(*members, member{name: p.data[i:nameEnd], value: p.data[vi:ve]})
+		if top {
+			if f := match(p.fields, p.data[i:nameEnd]); f >= 0 {
+				p.addHit(hit{field: f, value: p.data[vi:ve]})
+			}
 		}
 		i = p.space(ve)
 		if i >= len(p.data) {
@@ -285,6 +339,12 @@ func (p *parser) array(i, depth int) (int, bool) {
 func (p *parser) str(i int) (int, bool) {
 	d := p.data
 	for j := i + 1; j < len(d); j++ {
+		for j < len(d) && plainByte[d[j]] {
+			j++
+		}
+		if j == len(d) {
+			break
+		}
 		switch c := d[j]; {
 		case c == '"':
 			return j + 1, true
@@ -314,6 +374,14 @@ func (p *parser) str(i int) (int, bool) {
 	}
 	return p.fail(len(d))
 }
+
+// plainByte is set for the bytes that stand for themselves in a string.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')

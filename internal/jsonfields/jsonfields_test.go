@@ -18,13 +18,14 @@ type narrow struct {
 	Response *struct{ N int } `json:"response"`
 	Any      any              `json:"x"`
 	Raw      json.RawMessage  `json:"raw"`
+	Index    int              `json:"index"`
 }
 
 func decodeNarrow(data []byte) (narrow, error) {
 	var n narrow
 	var raw Raw
 	err := Decode(data, Field{"prompt_hash", &n.Hash}, Field{"cost_micros", &n.Cost}, Field{"cost_known", &n.Known},
-		Field{"delta", &n.Delta}, Field{"response", &n.Response}, Field{"x", &n.Any}, Field{"raw", &raw})
+		Field{"delta", &n.Delta}, Field{"response", &n.Response}, Field{"x", &n.Any}, Field{"raw", &raw}, Field{"index", &n.Index})
 	if raw != nil {
 		n.Raw = json.RawMessage(raw)
 	}
@@ -38,6 +39,9 @@ var seeds = []string{
 	`{"PROMPT_HASH":"k"}`, `{"prompt_haſh":"fold"}`, `{"prompt\u005fhash":"esc"}`, `{"Prompt_Hash":"a","prompt_hash":"b"}`,
 	`{"cost_micros":1.5}`, `{"cost_micros":1e3}`, `{"cost_micros":-0}`, `{"cost_micros":01}`, `{"cost_micros":-}`, `{"cost_micros":1.}`, `{"cost_micros":1e}`, `{"cost_micros":1e+}`,
 	`{"cost_micros":"7","cost_known":true}`, `{"delta":[1,"x",3],"cost_micros":4}`, `{"response":{"N":1},"response":{"M":2}}`, `{"response":null}`, `{"response":5}`,
+	`{"cost_micros":9223372036854775807}`, `{"cost_micros":9223372036854775808}`, `{"cost_micros":-9223372036854775808}`, `{"cost_micros":-9223372036854775809}`,
+	`{"index":-3}`, `{"index":3.0}`, `{"index":"3"}`, `{"index":99999999999999999999}`, `{"cost_known":"true"}`, `{"cost_known":1}`, `{"cost_known":null,"prompt_hash":"a\"b"}`, `{"prompt_hash":"\u00e9t\u00e9"}`, `{"prompt_hash":"été"}`,
+	`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"prompt_hash":"1","prompt_hash":"2","prompt_hash":"3","prompt_hash":"4","prompt_hash":"5","prompt_hash":"6","prompt_hash":"7","prompt_hash":"8","prompt_hash":"9","cost_micros":10}`,
 	`{"x":{"deep":[1,{"a":null}]},"raw":[1, 2]}`, `{"raw":null}`, `{"raw":"r","raw":{}}`,
 	"{\"a\":\"\x01\"}", "{\"a\":\"\xff\xfe\"}", "{\"\xff\":1}", `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":"\u12g4"}`, `{"a":"\ud800"}`,
 	`{"a":tru}`, `{"a":truex}`, `{"a":[1 2]}`, `{"a":[,]}`, `{} {}`, `{}x`, "\t{\r\n}\n",
