@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -37,6 +38,21 @@ func TestPromptHashOf(t *testing.T) {
 	} {
 		if got := store.PromptHashOf(&store.Event{Type: tc.typ, Payload: []byte(tc.payload)}); got != tc.want {
 			t.Errorf("%s: PromptHashOf = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// CheckTenant accepts exactly the names the pattern it documents matches.
+func TestCheckTenant(t *testing.T) {
+	re := regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
+	names := []string{"", "a", "t1", "acme-bank", "a.b_c@d+e-f", ".hidden", "-x", "_x", "@x", "+x", "a/b", "../etc", "a b", "a\n", "\na",
+		"é", "aé", "A", "Z9", strings.Repeat("a", 128), strings.Repeat("a", 129), "a\x00", "tenant:1"}
+	for c := 0; c < 256; c++ {
+		names = append(names, string([]byte{'a', byte(c)}), string([]byte{byte(c)}))
+	}
+	for _, n := range names {
+		if got, want := store.CheckTenant(n) == nil, re.MatchString(n); got != want {
+			t.Errorf("CheckTenant(%q) accepts: %v, the pattern: %v", n, got, want)
 		}
 	}
 }
