@@ -60,7 +60,7 @@ func (r *Registry) Apply(ctx context.Context, d *Definition) (created bool, err 
 		return false, fmt.Errorf("agent %q version %d is invalid: %w", d.Agent, d.Version, err)
 	}
 	fresh.file, fresh.doc = d.file, d.doc // grants keep their order: errors point into the file
-	if err := r.bind(ctx, fresh); err != nil {
+	if _, err := r.bind(ctx, fresh); err != nil {
 		return false, err
 	}
 	if _, err := fresh.CompilePolicies(); err != nil {
@@ -131,15 +131,15 @@ func (r *Registry) latestVersion(ctx context.Context, name string) (int, error) 
 	return top, nil
 }
 
-func (r *Registry) bind(ctx context.Context, d *Definition) error {
+func (r *Registry) bind(ctx context.Context, d *Definition) (*tool.Set, error) {
 	if r.tools == nil {
-		return errors.New("agent registry: no tool source")
+		return nil, errors.New("agent registry: no tool source")
 	}
 	set, err := r.tools(ctx)
 	if err != nil {
-		return fmt.Errorf("agent %q version %d: loading tools: %w", d.Agent, d.Version, err)
+		return nil, fmt.Errorf("agent %q version %d: loading tools: %w", d.Agent, d.Version, err)
 	}
-	return d.Bind(set)
+	return set, d.Bind(set)
 }
 
 // Errors of Resolve and SetAlias, wrapped with the reference they refuse.
@@ -155,29 +155,38 @@ var (
 // retired versions too: a run pinned to a version before it was retired
 // loads it on every resume and finishes on it.
 func (r *Registry) Get(ctx context.Context, name string, version int) (*Definition, error) {
-	d, _, err := r.get(ctx, name, version)
+	d, _, err := r.GetWithTools(ctx, name, version)
 	return d, err
 }
 
-func (r *Registry) get(ctx context.Context, name string, version int) (*Definition, *store.AgentVersion, error) {
+// GetWithTools is Get, also returning the tools the definition was bound
+// to: a caller that needs the granted manifests reads the tools once, and
+// the grants and the manifests come from the same read.
+func (r *Registry) GetWithTools(ctx context.Context, name string, version int) (*Definition, *tool.Set, error) {
+	d, _, set, err := r.get(ctx, name, version)
+	return d, set, err
+}
+
+func (r *Registry) get(ctx context.Context, name string, version int) (*Definition, *store.AgentVersion, *tool.Set, error) {
 	v, err := r.store.GetAgentVersion(ctx, name, version)
 	if err != nil {
-		return nil, nil, fmt.Errorf("agent %q version %d: %w", name, version, err)
+		return nil, nil, nil, fmt.Errorf("agent %q version %d: %w", name, version, err)
 	}
 	if sha256.Sum256(v.Spec) != v.SpecHash {
-		return nil, nil, fmt.Errorf("agent %q version %d: stored definition does not match its hash", name, version)
+		return nil, nil, nil, fmt.Errorf("agent %q version %d: stored definition does not match its hash", name, version)
 	}
 	d, err := DefinitionFromJSON(v.Spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("agent %q version %d: stored definition is invalid: %w", name, version, err)
+		return nil, nil, nil, fmt.Errorf("agent %q version %d: stored definition is invalid: %w", name, version, err)
 	}
 	if d.Agent != name || d.Version != version {
-		return nil, nil, fmt.Errorf("agent %q version %d: stored definition is %q version %d", name, version, d.Agent, d.Version)
+		return nil, nil, nil, fmt.Errorf("agent %q version %d: stored definition is %q version %d", name, version, d.Agent, d.Version)
 	}
-	if err := r.bind(ctx, d); err != nil {
-		return nil, nil, err
+	set, err := r.bind(ctx, d)
+	if err != nil {
+		return nil, nil, nil, err
 	}
-	return d, v, nil
+	return d, v, set, nil
 }
 
 // ResolveOptions narrow what Resolve accepts. The zero value is what a
@@ -287,7 +296,7 @@ func (r *Registry) unknownAlias(ctx context.Context, name, alias string) error {
 
 // pick loads the version ref led to, refusing a retired one.
 func (r *Registry) pick(ctx context.Context, ref, name string, version int, o ResolveOptions) (*Definition, int, error) {
-	d, v, err := r.get(ctx, name, version)
+	d, v, _, err := r.get(ctx, name, version)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -375,7 +384,7 @@ func (r *Registry) SetAlias(ctx context.Context, name, alias string, version int
 		if v.version == 0 && v.what != "" {
 			continue
 		}
-		_, sv, err := r.get(ctx, name, v.version)
+		_, sv, _, err := r.get(ctx, name, v.version)
 		if err != nil {
 			return fmt.Errorf("alias %q: %s%w", alias, v.what, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -294,6 +295,33 @@ func TestGetFailsClosed(t *testing.T) {
 	f.store.mu.Unlock()
 	if _, err := f.reg.Get(ctx, name, 7); err == nil || !strings.Contains(err.Error(), "does not match its hash") {
 		t.Errorf("Get of an altered spec = %v", err)
+	}
+}
+
+// GetWithTools returns the very set the definition was bound to, read
+// once: the grants and the manifests a run starts with come from one read
+// of the tools, even while they change.
+func TestGetWithTools(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.apply(t, version(t, 7, ""))
+	reads := 0
+	sets := []*tool.Set{testTools(t), testTools(t)}
+	f.reg.tools = func(context.Context) (*tool.Set, error) {
+		s := sets[reads%2] // each read sees the tools as changed again
+		reads++
+		return s, nil
+	}
+	d, set, err := f.reg.GetWithTools(ctx, "card-dispute-assistant", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads != 1 || set != sets[0] {
+		t.Fatalf("GetWithTools read the tools %d times and returned set %p, want one read and its set %p", reads, set, sets[0])
+	}
+	granted, err := d.GrantedTools(set)
+	if err != nil || !slices.Equal(granted, d.Granted()) {
+		t.Fatalf("granted by the returned set %v (%v), bound %v", granted, err, d.Granted())
 	}
 }
 

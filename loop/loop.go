@@ -431,8 +431,12 @@ func (l *Loop) start(ctx context.Context, env engine.Env) (*state, error) {
 }
 
 // loadManifest reads a pinned manifest by its hash (immutable content, so
-// the read needs no record) and parses it once per process.
+// the read needs no record) and parses it once per process: a manifest
+// this process already holds under that hash is not read again.
 func (l *Loop) loadManifest(ctx context.Context, env engine.Env, ref trace.ToolRef) (*tool.Manifest, error) {
+	if m := l.acts.byHash.get(ref.Hash); m != nil {
+		return m, nil
+	}
 	b, err := hex.DecodeString(ref.Hash)
 	if err != nil || len(b) != 32 {
 		return nil, fmt.Errorf("run pins tool %s with a bad hash", ref.Name)

@@ -393,3 +393,67 @@ func TestBudgetPrecheckRefusesBeforeSending(t *testing.T) {
 		t.Fatalf("verify %d/%d %v", v.Events, len(evs), err)
 	}
 }
+
+// A run uses the manifest it pinned when it started, by hash, even when
+// the process already holds another version of the tool: a second run
+// started after the tool changed gets the new manifest (its output is no
+// longer trusted, so reading it taints the run), and verifying the first
+// again uses its own.
+func TestEachRunKeepsItsPinnedManifest(t *testing.T) {
+	f := newFixture(t, fixtureOptions{script: `
+turns:
+  - tool_calls: [{name: echo, args: {text: "hello"}}]
+  - text: done
+`})
+	ctx := context.Background()
+	v1, err := tool.ParseManifests("tools.yaml", []byte(testTools))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Catalog.Review(v1...); err != nil { // every tool the agent is shown
+		t.Fatal(err)
+	}
+	first, evs1 := f.run("t")
+	if first.Status != store.StatusCompleted || len(payloads[trace.Taint](t, evs1, trace.EvTaint)) != 0 {
+		t.Fatalf("first run: %s, taints %d; want completed without taint (echo's output is trusted)", first.Status, len(payloads[trace.Taint](t, evs1, trace.EvTaint)))
+	}
+	ms, err := tool.ParseManifests("echo.yaml", []byte(`
+name: echo
+description: Returns its arguments, which may now come from outside.
+tier: 1
+timeout_ms: 1000
+input_schema: {type: object, additionalProperties: false, required: [text], properties: {text: {type: string, maxLength: 100000}}}
+side_effects: none
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.Catalog.Review(ms...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.p.ApplyManifests(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	second, evs2 := f.run("t")
+	if taints := payloads[trace.Taint](t, evs2, trace.EvTaint); second.Status != store.StatusCompleted || len(taints) != 1 || taints[0].Tool != "echo" {
+		t.Fatalf("second run, after echo's output became untrusted: %s, taints %+v; want one taint by echo", second.Status, taints)
+	}
+	pinned := func(evs []store.Event) string {
+		rs := payloads[trace.RunStarted](t, evs, trace.EvRunStarted)
+		for _, ref := range rs[0].Tools {
+			if ref.Name == "echo" {
+				return ref.Hash
+			}
+		}
+		t.Fatal("echo not pinned")
+		return ""
+	}
+	if pinned(evs1) == pinned(evs2) {
+		t.Fatal("both runs pinned the same echo manifest")
+	}
+	for _, r := range []*store.Run{first, second} {
+		if v, err := f.p.Engine.Verify(ctx, r.ID); err != nil || v.Status != store.StatusCompleted {
+			t.Fatalf("verify %s: %+v %v", r.ID, v, err)
+		}
+	}
+}

@@ -14,11 +14,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
+
+	"github.com/agentplane/agentplane/internal/jsonfields"
 )
 
 // Sentinel errors. Test with errors.Is.
@@ -141,13 +141,14 @@ func PromptHashOf(ev *Event) string {
 	if ev.Type != EventModelCall {
 		return ""
 	}
-	var mc struct {
-		PromptHash string `json:"prompt_hash"`
-	}
-	if json.Unmarshal(ev.Payload, &mc) != nil {
+	// Every model call is appended with its payload: read the one member
+	// without decoding the response (as json.Unmarshal into a struct of
+	// that field would read it).
+	var hash string
+	if jsonfields.Decode(ev.Payload, jsonfields.Field{Name: "prompt_hash", Into: &hash}) != nil {
 		return ""
 	}
-	h, _ := PromptHashHex(mc.PromptHash)
+	h, _ := PromptHashHex(hash)
 	return h
 }
 
@@ -332,14 +333,30 @@ const MaxBlobSize = 64 << 20
 // name that CheckTenant refuses.
 var ErrInvalidTenant = errors.New("invalid tenant name")
 
-var reTenant = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$`)
+// validTenant matches ^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$ (every blob
+// view checks it, so it is not a regular expression).
+func validTenant(t string) bool {
+	if len(t) == 0 || len(t) > 128 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		switch {
+		case c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '@' || c == '+' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // CheckTenant refuses a tenant name that could not have been created
 // (package authz allows letters, digits and . _ @ + -, starting with a
 // letter or digit, at most 128), so that a name never climbs out of its own
 // folder or key prefix.
 func CheckTenant(tenant string) error {
-	if !reTenant.MatchString(tenant) {
+	if !validTenant(tenant) {
 		return fmt.Errorf("%w %q: want letters, digits and . _ @ + -, starting with a letter or digit, at most 128", ErrInvalidTenant, tenant)
 	}
 	return nil

@@ -16,7 +16,8 @@ const (
 // sha256 of those exact bytes. Stored manifests never change, and parsing
 // one compiles its JSON Schema, which is most of what loading the tools for
 // a run start or a resume costs. Safe for concurrent use. The manifests it
-// returns are shared: nothing may modify them (nothing in agentplane does).
+// returns are shared: nothing may modify them (nothing in agentplane does);
+// their Hash is computed once, here.
 type ManifestCache struct {
 	mu    sync.Mutex
 	m     map[[32]byte]*Manifest
@@ -36,6 +37,7 @@ func (c *ManifestCache) FromJSON(data []byte) (*Manifest, error) {
 	if err != nil {
 		return nil, err // errors are not cached: the input is refused each time
 	}
+	m.pin = &manifestPin{m: m, sum: m.Hash()}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) >= maxCachedManifests || c.bytes+len(data) > maxCachedBytes {
 		c.m, c.bytes = make(map[[32]byte]*Manifest), 0

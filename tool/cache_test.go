@@ -1,6 +1,7 @@
 package tool
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"testing"
 )
@@ -28,5 +29,27 @@ func TestManifestCache(t *testing.T) {
 	}
 	if _, err := c.FromJSON([]byte(`{"name": "x", "unknown_field": 1}`)); err == nil {
 		t.Fatal("a bad manifest was accepted the second time")
+	}
+}
+
+// A cached manifest's hash is computed once; a copy of it that is changed
+// has its own.
+func TestManifestCacheHash(t *testing.T) {
+	ms, err := ParseManifests("t.yaml", []byte("name: echo\ndescription: d\ntier: 1\ntimeout_ms: 100\ninput_schema: {type: object}\nside_effects: none\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c ManifestCache
+	m, err := c.FromJSON(ms[0].CanonicalJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Hash() != ms[0].Hash() || m.Hash() != sha256.Sum256(m.CanonicalJSON()) {
+		t.Fatal("the cached manifest's hash is not the sha256 of its canonical JSON")
+	}
+	cp := *m
+	cp.Description = "changed"
+	if cp.Hash() == m.Hash() || cp.Hash() != sha256.Sum256(cp.CanonicalJSON()) {
+		t.Fatal("a changed copy of a cached manifest kept the original's hash")
 	}
 }

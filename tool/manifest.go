@@ -130,6 +130,15 @@ type Manifest struct {
 	MCP *MCP
 
 	schema *jsonschema.Schema
+	// pin is the hash of a manifest ManifestCache parsed (shared, never
+	// modified). It names the manifest it belongs to, so a copy of the
+	// struct, which may be changed, computes its own.
+	pin *manifestPin
+}
+
+type manifestPin struct {
+	m   *Manifest
+	sum [32]byte
 }
 
 // MCP binds a manifest to a tool of an MCP server. The manifest's
@@ -900,8 +909,12 @@ func (m *Manifest) CanonicalJSON() []byte {
 	return b
 }
 
-// Hash returns the sha256 of the manifest's canonical JSON.
+// Hash returns the sha256 of the manifest's canonical JSON (computed once
+// for a manifest from a ManifestCache).
 func (m *Manifest) Hash() [32]byte {
+	if p := m.pin; p != nil && p.m == m {
+		return p.sum
+	}
 	return sha256.Sum256(m.CanonicalJSON())
 }
 

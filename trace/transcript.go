@@ -246,7 +246,7 @@ func (t *Transcript) PromptHash(noTools bool) (string, int64) {
 		t.hashed = p
 	}
 	for ; p.folded < n-1; p.folded++ {
-		p.write(mustJSON(t.messages[p.folded]))
+		p.write(p.encode(t.messages, p.folded))
 		p.write([]byte(","))
 	}
 	// The tail goes into a copy of the state.
@@ -260,7 +260,7 @@ func (t *Transcript) PromptHash(noTools bool) (string, int64) {
 	}
 	size := p.bytes
 	write := func(b []byte) { h.Write(b); size += int64(len(b)) }
-	write(mustJSON(t.messages[n-1]))
+	write(p.encode(t.messages, n-1))
 	write([]byte(`],"tools":`))
 	write(p.toolsJSON)
 	if noTools {
@@ -279,6 +279,33 @@ type promptPrefix struct {
 	h         hash.Hash
 	bytes     int64
 	folded    int
+	// tail is the encoding of the message last encoded as the prompt's
+	// tail: it is folded into the prefix at a later step, unchanged unless
+	// parts were appended to it since (messages only ever grow at the end).
+	tail struct {
+		i     int
+		role  string
+		parts int
+		first *model.Part
+		json  []byte
+	}
+}
+
+// encode returns the JSON of ms[i], reusing the tail's when ms[i] is the
+// message the tail was encoded from and has not grown since.
+func (p *promptPrefix) encode(ms []model.Message, i int) []byte {
+	m := &ms[i]
+	var first *model.Part
+	if len(m.Content) > 0 {
+		first = &m.Content[0]
+	}
+	tl := &p.tail
+	if tl.json != nil && tl.i == i && tl.role == m.Role && tl.parts == len(m.Content) && tl.first == first {
+		return tl.json
+	}
+	b := mustJSON(*m)
+	tl.i, tl.role, tl.parts, tl.first, tl.json = i, m.Role, len(m.Content), first, b
+	return b
 }
 
 func (p *promptPrefix) write(b []byte) {

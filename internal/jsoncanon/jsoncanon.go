@@ -70,8 +70,7 @@ func write(buf *bytes.Buffer, v any, depth int) error {
 	case json.Number:
 		buf.WriteString(canonNumber(x))
 	case string:
-		b, _ := json.Marshal(x)
-		buf.Write(b)
+		writeString(buf, x)
 	case []any:
 		buf.WriteByte('[')
 		for i, e := range x {
@@ -94,8 +93,7 @@ func write(buf *bytes.Buffer, v any, depth int) error {
 			if i > 0 {
 				buf.WriteByte(',')
 			}
-			b, _ := json.Marshal(k)
-			buf.Write(b)
+			writeString(buf, k)
 			buf.WriteByte(':')
 			if err := write(buf, x[k], depth+1); err != nil {
 				return err
@@ -106,6 +104,23 @@ func write(buf *bytes.Buffer, v any, depth int) error {
 		return fmt.Errorf("jsoncanon: unexpected type %T", v)
 	}
 	return nil
+}
+
+// writeString writes s as json.Marshal encodes it. Printable ASCII that
+// json.Marshal leaves alone (all but the quote, the backslash and the
+// HTML-escaped < > &) is written as it is, without encoding/json; any
+// other string goes through it.
+func writeString(buf *bytes.Buffer, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			buf.Write(b)
+			return
+		}
+	}
+	buf.WriteByte('"')
+	buf.WriteString(s)
+	buf.WriteByte('"')
 }
 
 // canonNumber renders integers exactly and other numbers in the shortest

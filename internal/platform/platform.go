@@ -491,11 +491,7 @@ func (p *Platform) ApplyManifests(ctx context.Context, ms []*tool.Manifest) ([]s
 
 // resolve is the loop's Resolver: the agent version plus its granted tools.
 func (p *Platform) resolve(ctx context.Context, name string, version int) (*loop.Agent, error) {
-	d, err := p.Registry.Get(ctx, name, version)
-	if err != nil {
-		return nil, err
-	}
-	set, err := p.ToolSet(ctx)
+	d, set, err := p.Registry.GetWithTools(ctx, name, version)
 	if err != nil {
 		return nil, err
 	}

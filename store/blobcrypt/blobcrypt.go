@@ -35,6 +35,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/agentplane/agentplane/store"
@@ -80,7 +81,16 @@ type Options struct {
 // concurrent use.
 type Sealed struct {
 	o Options
+	// keks are the tenants' derived keys: a run takes its tenant's view
+	// of the blobs at every activity, and HKDF is most of what that costs.
+	// They depend only on the master key and the tenant's name, so they
+	// never go stale; the map starts over past maxTenantKeys entries.
+	mu   sync.Mutex
+	keks map[string][]byte
 }
+
+// maxTenantKeys bounds Sealed.keks (a variable for the tests).
+var maxTenantKeys = 4096
 
 var _ store.Blobs = (*Sealed)(nil)
 
@@ -115,11 +125,34 @@ func (s *Sealed) Blobs(tenant string) store.BlobStore {
 	if err := store.CheckTenant(tenant); err != nil {
 		return store.RefuseBlobs(fmt.Errorf("blob encryption: %w", err))
 	}
-	kek, err := hkdf.Key(sha256.New, s.o.MasterKey, nil, "agentplane blob tenant key v1\x00"+tenant, 32)
+	kek, err := s.tenantKey(tenant)
 	if err != nil {
 		return store.RefuseBlobs(fmt.Errorf("blob encryption: derive the tenant key: %w", err))
 	}
 	return &tenantBlobs{s: s, tenant: tenant, back: s.o.Backend.Blobs(tenant), kek: kek}
+}
+
+// tenantKey returns tenant's key, derived from the master key with HKDF
+// once per tenant (per maxTenantKeys tenants). The returned slice is
+// shared and only ever read.
+func (s *Sealed) tenantKey(tenant string) ([]byte, error) {
+	s.mu.Lock()
+	kek, ok := s.keks[tenant]
+	s.mu.Unlock()
+	if ok {
+		return kek, nil
+	}
+	kek, err := hkdf.Key(sha256.New, s.o.MasterKey, nil, "agentplane blob tenant key v1\x00"+tenant, 32)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.keks == nil || len(s.keks) >= maxTenantKeys {
+		s.keks = make(map[string][]byte)
+	}
+	s.keks[tenant] = kek
+	s.mu.Unlock()
+	return kek, nil
 }
 
 // Object returns the back end's name of tenant's content sum: the sealed

@@ -18,11 +18,22 @@ func TestNarrowDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var mc modelCall
-	if err := json.Unmarshal(mcJSON, &mc); err != nil {
+	if err := mc.decode(mcJSON); err != nil {
 		t.Fatal(err)
 	}
 	if mc.Response == nil || mc.Response.Usage != usage || mc.CostMicros != 55 || mc.Currency != "EUR" || !mc.CostKnown {
 		t.Fatalf("model call decoded as %+v from %s", mc, mcJSON)
+	}
+	failed, err := json.Marshal(trace.ModelCall{Alias: "a", Error: "refused"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc = modelCall{}
+	if err := mc.decode(failed); err != nil || mc.Response != nil {
+		t.Fatalf("a call without a response decoded as %+v (%v) from %s", mc, err, failed)
+	}
+	if err := mc.decode([]byte(`{"response":{"usage":{"input_tokens":"many"}}}`)); err == nil {
+		t.Fatal("a usage of the wrong type was decoded")
 	}
 	sb := &trace.SandboxInfo{Tier: 2, Lifecycle: "per_run", ProvisionMS: 77}
 	trJSON, err := json.Marshal(trace.ToolResult{Index: 3, Tool: "echo", Status: trace.StatusOK, LatencyMS: 66, Sandbox: sb})
@@ -30,10 +41,21 @@ func TestNarrowDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tr toolResult
-	if err := json.Unmarshal(trJSON, &tr); err != nil {
+	if err := tr.decode(trJSON); err != nil {
 		t.Fatal(err)
 	}
 	if tr.Index != 3 || tr.Tool != "echo" || tr.Status != trace.StatusOK || tr.LatencyMS != 66 || tr.Sandbox == nil || tr.Sandbox.Tier != 2 || tr.Sandbox.Lifecycle != "per_run" || tr.Sandbox.ProvisionMS != 77 {
 		t.Fatalf("tool result decoded as %+v from %s", tr, trJSON)
+	}
+	atJSON, err := json.Marshal(trace.ToolAttempt{CallID: "c", Index: 4, Tool: "run_python", Tier: 3, Args: trace.Content{Text: `{"code":"print(1)"}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at toolAttempt
+	if err := at.decode(atJSON); err != nil || at.Index != 4 || at.Tier != 3 {
+		t.Fatalf("tool attempt decoded as %+v (%v) from %s", at, err, atJSON)
+	}
+	if err := at.decode([]byte(`{"index":4,"tier":3`)); err == nil {
+		t.Fatal("a truncated attempt was decoded")
 	}
 }

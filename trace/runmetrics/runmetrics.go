@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/agentplane/agentplane/internal/jsonfields"
 	"github.com/agentplane/agentplane/model"
 	"github.com/agentplane/agentplane/store"
 	"github.com/agentplane/agentplane/trace"
@@ -153,25 +154,54 @@ type run struct {
 	asked  map[string]int64 // approval id -> requested at, unix ms
 }
 
-// modelCall and toolResult are the fields of trace.ModelCall and
-// trace.ToolResult the metrics read: decoding into them skips the
-// response's content and the result's preview, which a step's metrics
-// never need (the JSON names are trace's; TestNarrowDecode checks them).
+// modelCall, toolResult and toolAttempt are the fields of
+// trace.ModelCall, trace.ToolResult and trace.ToolAttempt the metrics
+// read. Their decode methods read only those members (package
+// jsonfields), skipping the response's content, the result's preview and
+// the arguments without decoding them, which a step's metrics never need
+// (the JSON names are trace's; TestNarrowDecode checks them).
 type modelCall struct {
 	Response *struct {
-		Usage model.Usage `json:"usage"`
-	} `json:"response"`
-	CostMicros int64  `json:"cost_micros"`
-	Currency   string `json:"currency"`
-	CostKnown  bool   `json:"cost_known"`
+		Usage model.Usage
+	}
+	CostMicros int64
+	Currency   string
+	CostKnown  bool
+}
+
+func (mc *modelCall) decode(payload []byte) error {
+	var resp jsonfields.Raw
+	if err := jsonfields.Decode(payload, jsonfields.Field{Name: "response", Into: &resp}, jsonfields.Field{Name: "cost_micros", Into: &mc.CostMicros},
+		jsonfields.Field{Name: "currency", Into: &mc.Currency}, jsonfields.Field{Name: "cost_known", Into: &mc.CostKnown}); err != nil {
+		return err
+	}
+	if resp == nil || string(resp) == "null" {
+		return nil
+	}
+	mc.Response = &struct{ Usage model.Usage }{}
+	return jsonfields.Decode(resp, jsonfields.Field{Name: "usage", Into: &mc.Response.Usage})
 }
 
 type toolResult struct {
-	Index     int                `json:"index"`
-	Tool      string             `json:"tool"`
-	Status    string             `json:"status"`
-	LatencyMS int64              `json:"latency_ms"`
-	Sandbox   *trace.SandboxInfo `json:"sandbox"`
+	Index     int
+	Tool      string
+	Status    string
+	LatencyMS int64
+	Sandbox   *trace.SandboxInfo
+}
+
+func (tr *toolResult) decode(payload []byte) error {
+	return jsonfields.Decode(payload, jsonfields.Field{Name: "index", Into: &tr.Index}, jsonfields.Field{Name: "tool", Into: &tr.Tool},
+		jsonfields.Field{Name: "status", Into: &tr.Status}, jsonfields.Field{Name: "latency_ms", Into: &tr.LatencyMS},
+		jsonfields.Field{Name: "sandbox", Into: &tr.Sandbox})
+}
+
+type toolAttempt struct {
+	Index, Tier int
+}
+
+func (a *toolAttempt) decode(payload []byte) error {
+	return jsonfields.Decode(payload, jsonfields.Field{Name: "index", Into: &a.Index}, jsonfields.Field{Name: "tier", Into: &a.Tier})
 }
 
 func (r *run) Event(ev *store.Event, live bool) {
@@ -186,8 +216,8 @@ func (r *run) Event(ev *store.Event, live bool) {
 			r.m.runsStarted.WithLabelValues(r.labels...).Inc()
 		}
 	case trace.EvToolAttempt:
-		var a trace.ToolAttempt
-		if json.Unmarshal(ev.Payload, &a) == nil {
+		var a toolAttempt
+		if a.decode(ev.Payload) == nil {
 			r.tiers[[2]int{ev.Step, a.Index}] = a.Tier
 		}
 	case trace.EvApprovalReq:
@@ -204,7 +234,7 @@ func (r *run) Event(ev *store.Event, live bool) {
 		r.m.steps.WithLabelValues(r.labels...).Inc()
 	case trace.EvModelCall:
 		var mc modelCall
-		if json.Unmarshal(ev.Payload, &mc) != nil {
+		if mc.decode(ev.Payload) != nil {
 			return
 		}
 		if u := mc.Response; u != nil {
@@ -218,7 +248,7 @@ func (r *run) Event(ev *store.Event, live bool) {
 		}
 	case trace.EvToolResult:
 		var tr toolResult
-		if json.Unmarshal(ev.Payload, &tr) != nil {
+		if tr.decode(ev.Payload) != nil {
 			return
 		}
 		k := [2]int{ev.Step, tr.Index}
