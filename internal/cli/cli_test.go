@@ -20,6 +20,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A race-enabled binary sleeps a second before it exits (the race
+	// runtime's atexit_sleep_ms, so that other threads finish their
+	// reports); the scripts run this binary as agentplane about 200
+	// times. 10 ms still lets a report in flight finish, and a race in a
+	// command still fails its exec (exit status 66). testscript passes
+	// GORACE on to the commands it runs.
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=10"))
+	}
 	testscript.Main(m, map[string]func(){
 		"agentplane": func() { os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) },
 	})
