@@ -31,7 +31,7 @@ REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint --format=
 # 2-core machine is saturated by other packages' race-enabled tests. The rest
 # (mostly waiting on PostgreSQL, S3, Temporal and serve processes) run two
 # packages at a time.
-sandboxed="./sandbox/... ./mcphost/... ./internal/cli/... ./internal/platform/..."
+sandboxed="./sandbox/... ./mcphost/... ./internal/platform/..."
 # The race detector instruments agentplane and every dependency except
 # SQLite's engine, modernc.org/sqlite/lib (its C source transpiled to Go,
 # reached only through the driver and under SQLite's own locking; the
@@ -46,5 +46,9 @@ go test -race "$norace_sqlite" -count=1 -p 2 -timeout 25m $(go list ./... | grep
 step "go test -race (one package at a time: the packages that start sandboxes)"
 # shellcheck disable=SC2086
 go test -race "$norace_sqlite" -count=1 -p 1 -timeout 25m $sandboxed
+# internal/cli, alone too: its sandbox tests run one after another first,
+# then its parallel tests (the txtar scripts and the commands that wait on
+# subprocesses, servers and polls) eight at a time instead of GOMAXPROCS.
+go test -race "$norace_sqlite" -count=1 -parallel 8 -timeout 25m ./internal/cli/...
 # The SIGKILL crash test (scripts/crashtest.sh, 50 runs) runs inside go test
 # as cmd/agentplane TestCrashSIGKILL, which also checks the data in depth.

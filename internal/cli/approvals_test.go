@@ -56,6 +56,7 @@ turns:
 // into a stricter rule the trace shows the edit (old and new arguments,
 // the editor, the comment) and the new request to the other group.
 func TestApprovalWarningsAndEditsShown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	for name, body := range map[string]string{"tools.yaml": mailerTools, "agent.yaml": mailerAgent, "models.yaml": mailerModels, "turns.yaml": mailerTurns} {

@@ -20,17 +20,54 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// A race-enabled binary sleeps a second before it exits (the race
+	// runtime's atexit_sleep_ms, so that other threads finish their
+	// reports); the scripts run this binary as agentplane about 200
+	// times. 10 ms still lets a report in flight finish, and a race in a
+	// command still fails its exec (exit status 66). testscript passes
+	// GORACE on to the commands it runs.
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=10"))
+	}
 	testscript.Main(m, map[string]func(){
 		"agentplane": func() { os.Exit(cli.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) },
 	})
 }
 
-// TestScripts runs the CLI scenarios in testdata/script/*.txtar.
+// TestScripts runs the CLI scenarios in testdata/script/*.txtar and the
+// eval command's in testdata/eval/*.txtar, against the card-dispute
+// example's files ($FILES) and eval set ($EVALS) and the helpdesk
+// example's ($HELPDESK: files/ and evals/). The scripts run side by side
+// (go test -parallel); the eval ones, the longest, are queued first.
 func TestScripts(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Abs("../../examples/carddispute/files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	evals, err := filepath.Abs("../../examples/carddispute/evals")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpdesk, err := filepath.Abs("../../examples/helpdesk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scripts []string
+	for _, dir := range []string{"testdata/eval", "testdata/script"} {
+		m, err := filepath.Glob(filepath.Join(dir, "*.txtar"))
+		if err != nil || len(m) == 0 {
+			t.Fatalf("no scripts in %s (%v)", dir, err)
+		}
+		scripts = append(scripts, m...)
+	}
 	testscript.Run(t, testscript.Params{
-		Dir: "testdata/script",
+		Files: scripts,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("AGENTPLANE_DATA", env.WorkDir+"/data")
+			env.Setenv("FILES", files)
+			env.Setenv("EVALS", evals)
+			env.Setenv("HELPDESK", helpdesk)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){

@@ -36,10 +36,6 @@ import (
 //	DATA-mcp/servers/agentplane                  this binary, read-only at /opt/agentplane
 //	DATA-mcp/state/TENANT/email/mail.db          the e-mail server's database, read-write at /var/lib/agentplane
 
-// demoServerBinary is the agentplane binary the e-mail server runs from
-// (tests point it at a build of ./cmd/agentplane).
-var demoServerBinary = os.Executable
-
 // mcpRoot is the folder of the demo's MCP servers for a data directory.
 func mcpRoot(data string) string { return filepath.Clean(data) + "-mcp" }
 
@@ -247,7 +243,7 @@ func servedOverMCP(m *tool.Manifest) bool {
 // from into the servers folder (a hard link when it can, else a copy),
 // readable and executable by sandbox uids.
 func installServerBinary(dir string) error {
-	src, err := demoServerBinary()
+	src, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find the agentplane binary for the e-mail server: %w", err)
 	}

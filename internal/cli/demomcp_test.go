@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,37 +27,6 @@ func need(t *testing.T, why string) {
 		t.Fatal(why)
 	}
 	t.Skip(why)
-}
-
-var (
-	serverBinOnce sync.Once
-	serverBin     string
-	serverBinErr  error
-)
-
-// buildServerBinary builds ./cmd/agentplane once, for the e-mail server
-// to run from inside its sandbox (the host's /usr is there, so a
-// dynamically linked build runs).
-func buildServerBinary(t *testing.T) string {
-	t.Helper()
-	serverBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "agentplane-mcpdemo-bin-")
-		if err != nil {
-			serverBinErr = err
-			return
-		}
-		serverBin = filepath.Join(dir, "agentplane")
-		cmd := exec.Command("go", "build", "-o", serverBin, "./cmd/agentplane")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			serverBinErr = err
-			serverBin = string(out)
-		}
-	})
-	if serverBinErr != nil {
-		t.Fatalf("build agentplane: %v\n%s", serverBinErr, serverBin)
-	}
-	return serverBin
 }
 
 // serverProc is an e-mail server process seen in /proc.
@@ -132,18 +100,20 @@ func testDemoOverMCP(t *testing.T, stdio bool) {
 		t.Fatal(err)
 	}
 	cm := common{data: data, models: filepath.Join(fdir, "models.yaml"), leaseTTL: 15 * time.Second}
-	if stdio {
-		if !findTier2(&cm) {
-			need(t, "the e-mail server's tier-2 sandbox needs root, bubblewrap and the sandbox guest (scripts/sandboxes.sh; AGENTPLANE_GUEST)")
-		}
-		bin := buildServerBinary(t)
-		old := demoServerBinary
-		demoServerBinary = func() (string, error) { return bin, nil }
-		t.Cleanup(func() { demoServerBinary = old })
+	// The e-mail server runs from this test binary, which is agentplane
+	// when run under that name (TestMain), as the demo's hard link is.
+	if stdio && !findTier2(&cm) {
+		need(t, "the e-mail server's tier-2 sandbox needs root, bubblewrap and the sandbox guest (scripts/sandboxes.sh; AGENTPLANE_GUEST)")
 	}
 	var out, errb bytes.Buffer
 	c := &command{ctx: ctx, out: &out, err: &errb}
-	p, err := c.open(&cm, demoMCPOptions(data))
+	// Sessions never idle out during the test: closing the platform must
+	// end the stdio servers itself.
+	mcpOpts := func(o *platform.Options) {
+		demoMCPOptions(data)(o)
+		o.MCP.IdleTimeout = time.Hour
+	}
+	p, err := c.open(&cm, mcpOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +229,16 @@ func testDemoOverMCP(t *testing.T, stdio bool) {
 		}
 	}
 
-	start := time.Now()
 	closed = true
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- p.Close() }()
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the platform did not close within a minute: it waits on the stdio servers' sessions instead of ending them")
 	}
 	if stdio {
 		self, _ := os.Readlink("/proc/self/ns/mnt")
@@ -277,11 +253,12 @@ func testDemoOverMCP(t *testing.T, stdio bool) {
 				t.Errorf("the e-mail server ran outside a sandbox: pid %d uid %d mount namespace %q (ours %q)", sp.pid, sp.uid, sp.mntNS, self)
 			}
 		}
-		for len(emailServers()) > 0 {
-			if time.Since(start) > time.Minute {
-				t.Fatalf("e-mail servers still running a minute after the platform closed: %+v", emailServers())
+		// Their sandboxes are destroyed; a process may take a moment to
+		// leave /proc.
+		for deadline := time.Now().Add(10 * time.Second); len(emailServers()) > 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("e-mail servers still running 10s after the platform closed: %+v", emailServers())
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
 	}
 

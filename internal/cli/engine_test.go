@@ -14,6 +14,7 @@ import (
 // one without a port, fails the command saying what is accepted; a worker
 // on a real dev server starts, finds nothing to do and exits 0.
 func TestEngineFlagAndConfig(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"mysql://x", "temporal://127.0.0.1"} {
 		code, _, stderr := runCLI(t, "worker", "--until-idle", "--data", t.TempDir(), "--engine", bad)
 		if code == 0 || !strings.Contains(stderr, "temporal://HOST:PORT") {

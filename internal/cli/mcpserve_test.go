@@ -128,6 +128,7 @@ func newKey(t *testing.T, data, tenant, user string) string {
 // finds the run's approval in her inbox and approves it, which the other
 // tenant could not, and the run completes.
 func TestMCPInspector(t *testing.T) {
+	t.Parallel()
 	bin := inspector(t)
 	data := t.TempDir()
 	var out, errb bytes.Buffer

@@ -11,6 +11,7 @@ import (
 // runs --prompt-hash finds the runs that sent an identical prompt, within
 // the tenant asked for, and refuses what is not a prompt hash.
 func TestRunsByPromptHash(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	files := map[string]string{

@@ -14,6 +14,7 @@ import (
 // store key of DATA/api.yaml, and an unreachable one fails the command
 // without printing the DSN's password.
 func TestStoreFlagAndConfig(t *testing.T) {
+	t.Parallel()
 	code, _, stderr := runCLI(t, "runs", "--data", t.TempDir(),
 		"--store", "postgres://agent:s3cr3t-pw@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
 	if code != 1 || !strings.Contains(stderr, "unavailable") || strings.Contains(stderr, "s3cr3t-pw") {

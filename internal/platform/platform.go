@@ -414,11 +414,14 @@ func (p *Platform) Close() error {
 	if p.Telemetry != nil {
 		errs = append(errs, p.Telemetry.close())
 	}
-	if p.Sandboxes != nil {
-		p.Sandboxes.Stop()
-	}
+	// The MCP host first: its stdio servers run in sandboxes, and the
+	// manager cannot destroy a sandbox whose server still runs (it waited
+	// for the host's idle timeout, two minutes, to end the server).
 	if p.MCP != nil {
 		errs = append(errs, p.MCP.Close())
+	}
+	if p.Sandboxes != nil {
+		p.Sandboxes.Stop()
 	}
 	for _, r := range p.Tools {
 		if c, ok := r.(io.Closer); ok {
