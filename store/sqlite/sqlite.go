@@ -43,10 +43,12 @@ type Options struct {
 	// Dir is the data directory; it is created if missing.
 	Dir string
 	// MaxBatch bounds how many appends one group commit takes (default
-	// 1024). With many runs appending, a commit rewrites every page each
-	// run's part touches (the run's last page of events above all), so the
-	// pages written per step fall as batches grow: at 64 runs, 4.5 pages a
-	// step with batches of 256, 2.5 with 1,024.
+	// 4096, half the queue). With many runs appending, a commit rewrites
+	// every page each run's part touches (the run's last page of events
+	// above all), so the pages written per step fall as batches grow: at 64
+	// runs, 4.5 pages a step with batches of 256, 2.5 with 1,024. A batch
+	// is only as big as what is queued when the writer takes it: with few
+	// runs, batches stay small and commits frequent.
 	MaxBatch int
 	// BusyTimeout is how long a write waits for another process's write
 	// lock before failing with store.ErrUnavailable (default 10s).
@@ -108,7 +110,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite store: %w", err)
 	}
 	if o.MaxBatch <= 0 {
-		o.MaxBatch = 1024
+		o.MaxBatch = 4096
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -122,10 +124,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	path := filepath.Join(o.Dir, "agentplane.db")
 	// The writer checkpoints only once the log passes walAutoCheckpoint
 	// pages, by when the checkpointer has copied nearly all of it (see
-	// checkpoint.go), and keeps up to 32 MB of pages in its cache: a
+	// checkpoint.go), and keeps up to 64 MB of pages in its cache: a
 	// batch's dirty pages must fit, or SQLite spills them into the log
 	// before the commit and writes them again in it.
-	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(%d)&_pragma=cache_size(-32768)&_txlock=immediate",
+	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=secure_delete(1)&_pragma=wal_autocheckpoint(%d)&_pragma=cache_size(-65536)&_txlock=immediate",
 		path, o.BusyTimeout.Milliseconds(), walAutoCheckpoint)
 	w, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -142,12 +144,15 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	// Every reading connection stays open: one opened anew parses the
 	// schema and prepares each statement again (with the default of two
 	// idle connections, concurrent runs churned through them at every step).
-	r.SetMaxOpenConns(8)
-	r.SetMaxIdleConns(8)
+	// 32 of them: with 8, runs at 64 at once spent more time waiting for a
+	// connection (held by a reader the scheduler had set aside) than
+	// reading.
+	r.SetMaxOpenConns(32)
+	r.SetMaxIdleConns(32)
 	r.SetConnMaxLifetime(0)
 	s := &Store{
 		dir: o.Dir, w: writer{w}, r: r, log: o.Logger,
-		queue: make(chan *appendOp, 4096), done: make(chan struct{}), commits: make(chan struct{}, 1),
+		queue: make(chan *appendOp, 8192), done: make(chan struct{}), commits: make(chan struct{}, 1),
 		maxBatch: o.MaxBatch, sticky: map[string]map[int64]error{}, sigw: signalWatch{freshness: signalFreshness},
 	}
 	if err := s.migrate(ctx); err != nil {
