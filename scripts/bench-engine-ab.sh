@@ -7,6 +7,11 @@
 #       200-step run (zero-latency model, no-op tier-1 tool, durable log);
 #   BenchmarkAggregateSteps/tool=echo/runs=N  steps/s with 1, 16 and 64
 #       concurrent runs on one store.
+# Each sample runs every benchmark ITERS times (default 3) on one fixture
+# and reports the whole: the first iteration of a fresh store is a cold
+# start (its reading connections opened and their statements prepared, the
+# caches of pinned manifests and tenant keys filled), the others the steady
+# state a long-lived process runs in. ITERS=1 measures the cold start.
 # Prints benchstat's comparison (medians, 95% intervals, the change) and
 # writes it into docs/PERFORMANCE.md between the "engine-ab" markers, with
 # the load average seen during the run.
@@ -26,6 +31,7 @@ fi
 
 base="${BASE:-c0d6440}"
 count="${COUNT:-6}"
+iters="${ITERS:-3}"
 bench='StepOverhead/side_effects=none|AggregateSteps/tool=echo'
 # The working tree's benchmarks have a store level (sqlite, postgres): its
 # sqlite cases are run and named as the base's for the comparison.
@@ -50,7 +56,7 @@ for i in $(seq 1 "$count"); do
     # Each binary runs in its package directory (its fixtures are relative).
     pattern="$bench"; [ "$which" = head ] && pattern="$head_bench"
     (cd "$([ "$which" = base ] && echo "$wt" || pwd)/loop" &&
-      "$tmp/$which.test" -test.run '^$' -test.bench "$pattern" -test.benchtime 1x -test.count 1) |
+      "$tmp/$which.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "${iters}x" -test.count 1) |
       sed 's#/store=sqlite/#/#' >>"$tmp/$which.txt"
   done
 done
@@ -61,7 +67,7 @@ cpu="$(grep -m1 '^cpu:' "$tmp/head.txt" | sed 's/^cpu: *//; s/ *$//')"
 section="$(printf '%s\n' \
   "<!-- engine-ab:begin (written by scripts/bench-engine-ab.sh; do not edit by hand) -->" \
   "Measured $(date -u +%Y-%m-%d) on: $cpu, $(nproc) cores; load average $load_before before and $load_after after." \
-  "Base $base (left) against $(git rev-parse --short HEAD)$(git diff --quiet || echo ' plus uncommitted changes') (right), $count interleaved samples each." \
+  "Base $base (left) against $(git rev-parse --short HEAD)$(git diff --quiet || echo ' plus uncommitted changes') (right), $count interleaved samples each, $iters iterations a sample." \
   "" \
   '```' \
   "$table" \
