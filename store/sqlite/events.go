@@ -551,7 +551,7 @@ func (w *writeStmts) insertEvents(ctx context.Context, tx *sql.Tx, evs []store.E
 // reader pool (database/sql prepares each on a connection the first time
 // it is used there) instead of parsed again at every call.
 type readStmts struct {
-	events, signals, principal *sql.Stmt
+	events, signals, principal, signalVersion *sql.Stmt
 }
 
 func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
@@ -563,6 +563,7 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 		{&r.events, "SELECT seq, type, step, at, payload, prev_hash, hash FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"},
 		{&r.signals, "SELECT id, run_id, kind, payload, key, created_at FROM signals WHERE run_id = ? AND consumed = 0 ORDER BY id"},
 		{&r.principal, "SELECT tenant, user_id, scopes, groups_, bindings, updated_at FROM principals WHERE tenant = ? AND user_id = ?"},
+		{&r.signalVersion, signalVersionSQL},
 	} {
 		st, err := db.PrepareContext(ctx, p.q)
 		if err != nil {
@@ -574,7 +575,7 @@ func prepareReads(ctx context.Context, db *sql.DB) (*readStmts, error) {
 }
 
 func (r *readStmts) close() {
-	for _, st := range []*sql.Stmt{r.events, r.signals, r.principal} {
+	for _, st := range []*sql.Stmt{r.events, r.signals, r.principal, r.signalVersion} {
 		if st != nil {
 			st.Close()
 		}

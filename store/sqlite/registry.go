@@ -255,9 +255,20 @@ func (s *Store) SendSignal(ctx context.Context, sg *store.Signal) error {
 // PendingSignals implements store.SignalStore.
 func (s *Store) PendingSignals(ctx context.Context, runID string) ([]*store.Signal, error) {
 	none, version, record := s.sigw.known(runID)
+	if !none && !record {
+		// The version is stale (the writer has not committed lately): read
+		// it afresh, one small read that serves every run's next steps.
+		at := time.Now()
+		var v int64
+		if err := s.reads.signalVersion.QueryRowContext(ctx).Scan(&v); err == nil {
+			s.sigw.publish(v, at)
+			none, version, record = s.sigw.known(runID)
+		}
+	}
 	if none {
 		return nil, nil
 	}
+	s.sigw.querying()
 	rows, err := s.reads.signals.QueryContext(ctx, runID)
 	if err != nil {
 		return nil, err

@@ -15,10 +15,10 @@ import (
 // reads it in each group commit's transaction; a signal sent through this
 // store advances it at once; one sent by another process on the same
 // database is seen at this process's next group commit, and an answer is
-// only reused while the version is younger than signalFreshness (when the
-// writer is idle, every call queries). A cached answer is only ever "none":
-// a signal can be seen late, by at most that bound, never twice or out of
-// order.
+// only reused while the version is younger than signalFreshness (an older
+// one is read again, by a reader, before the answer is given). A cached
+// answer is only ever "none": a signal can be seen late, by at most that
+// bound, never twice or out of order.
 const signalFreshness = 50 * time.Millisecond
 
 type signalWatch struct {
@@ -63,14 +63,19 @@ func (sw *signalWatch) known(runID string) (none bool, version int64, ok bool) {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	if time.Since(sw.seen) >= sw.freshness {
-		sw.queries++
 		return false, 0, false
 	}
 	if v, found := sw.none[runID]; found && v == sw.version {
 		return true, 0, false
 	}
-	sw.queries++
 	return false, sw.version, true
+}
+
+// querying counts a query of a run's pending signals.
+func (sw *signalWatch) querying() {
+	sw.mu.Lock()
+	sw.queries++
+	sw.mu.Unlock()
 }
 
 // found records that run had no pending signal at version.

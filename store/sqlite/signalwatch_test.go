@@ -30,7 +30,7 @@ func TestPendingSignalsCache(t *testing.T) {
 	s1.sigw.mu.Unlock()
 	now := time.Now()
 	var epoch int64
-	for _, id := range []string{"r", "other"} {
+	for _, id := range []string{"r", "other", "quiet"} {
 		if err := s1.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
 			Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
 			t.Fatal(err)
@@ -116,5 +116,33 @@ func TestPendingSignalsCache(t *testing.T) {
 	}
 	if n := pending("r"); n != 2 {
 		t.Fatalf("with a stale version: %d pending, want 2", n)
+	}
+
+	// A stale version is read again by a reader: a run known to have none
+	// is answered without its query, and a signal stored elsewhere
+	// meanwhile is seen, with no commit of this store's writer.
+	stale := func() {
+		s1.sigw.mu.Lock()
+		s1.sigw.freshness, s1.sigw.seen = time.Hour, time.Time{}
+		s1.sigw.mu.Unlock()
+	}
+	stale()
+	if n := pending("quiet"); n != 0 {
+		t.Fatalf("quiet: %d pending, want none", n)
+	}
+	stale()
+	before = queries()
+	if n := pending("quiet"); n != 0 {
+		t.Fatalf("quiet: %d pending, want none", n)
+	}
+	if q := queries() - before; q != 0 {
+		t.Fatalf("%d queries after the version was read again unchanged", q)
+	}
+	if err := s2.SendSignal(ctx, &store.Signal{RunID: "quiet", Kind: "user_message", Payload: []byte(`{"n":4}`)}); err != nil {
+		t.Fatal(err)
+	}
+	stale()
+	if n := pending("quiet"); n != 1 {
+		t.Fatalf("quiet after another process's signal: %d pending, want 1", n)
 	}
 }
