@@ -451,7 +451,7 @@ type writeStmts struct {
 	seqOnly, counters, update *sql.Stmt
 	// Claims, renewals and releases, made in the batches too.
 	claimable, leaseRun, runByID, renew, releaseRun *sql.Stmt
-	signalVersion                                   *sql.Stmt
+	createRun, signalVersion                        *sql.Stmt
 }
 
 // The run row's updates guard the append: WHERE names the lease epoch and
@@ -499,6 +499,8 @@ func prepareWrites(ctx context.Context, db *sql.DB) (*writeStmts, error) {
 		{&w.renew, "UPDATE runs SET lease_expires = ?, lease_ttl = ? WHERE id = ? AND lease_epoch = ? AND status = 'running'"},
 		{&w.releaseRun, releaseRunSQL},
 		{&w.signalVersion, signalVersionSQL},
+		{&w.createRun, `INSERT INTO runs(id, tenant, user_id, agent, agent_version, task, mode, status,
+  created_at, updated_at, currency, parent_run_id, bindings) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`},
 		{&w.savepoint, "SAVEPOINT op"},
 		{&w.rollbackTo, "ROLLBACK TO op"},
 		{&w.release, "RELEASE op"},
@@ -589,7 +591,7 @@ func (w *writeStmts) close() {
 		}
 	}
 	for _, st := range []*sql.Stmt{w.head, w.prompt, w.consume, w.seqOnly, w.counters, w.update,
-		w.claimable, w.leaseRun, w.runByID, w.renew, w.releaseRun, w.signalVersion, w.savepoint, w.rollbackTo, w.release} {
+		w.claimable, w.leaseRun, w.runByID, w.renew, w.releaseRun, w.createRun, w.signalVersion, w.savepoint, w.rollbackTo, w.release} {
 		if st != nil {
 			st.Close()
 		}

@@ -61,14 +61,21 @@ func (s *Store) CreateRun(ctx context.Context, r *store.Run) error {
 		}
 		bindings = string(b)
 	}
-	_, err := s.w.ExecContext(ctx, `INSERT INTO runs(id, tenant, user_id, agent, agent_version, task, mode, status,
-		created_at, updated_at, currency, parent_run_id, bindings) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		r.ID, r.Tenant, r.User, r.Agent, r.AgentVersion, r.Task, r.Mode, r.Status,
-		micros(now), micros(now), r.Currency, r.ParentRunID, bindings)
+	// In the writer's next group commit, as claims and releases are: run
+	// starts under load no longer wait between two batches for a commit of
+	// their own.
+	err := s.writeInBatch(ctx, r.ID, func(wctx context.Context, tx *sql.Tx) error {
+		if ctx.Err() != nil {
+			return ctx.Err() // the caller gave up: create nothing
+		}
+		_, err := tx.StmtContext(wctx, s.stmts.createRun).ExecContext(wctx, r.ID, r.Tenant, r.User, r.Agent, r.AgentVersion, r.Task, r.Mode, r.Status,
+			micros(now), micros(now), r.Currency, r.ParentRunID, bindings)
+		return err
+	})
 	if err != nil && strings.Contains(err.Error(), "UNIQUE") {
 		return fmt.Errorf("create run %s: %w", r.ID, store.ErrConflict)
 	}
-	return err
+	return classify(err)
 }
 
 // GetRun implements store.RunStore.
