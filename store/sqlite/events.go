@@ -31,19 +31,15 @@ type appendOp struct {
 // releases made their own transactions on the single writing connection
 // before: each one an fsync of its own, waited for between two batches,
 // and with many runs starting and ending they were most of the commits.
-// write should check the caller's ctx itself before it writes: a caller
-// that gave up may still find the write made.
+// Once queued, it waits for the commit even if ctx ends (write keeps its
+// results in the caller's variables, read once it returns); write checks
+// ctx itself and writes nothing for a caller that gave up.
 func (s *Store) writeInBatch(ctx context.Context, runID string, write func(ctx context.Context, tx *sql.Tx) error) error {
 	op := &appendOp{req: store.AppendRequest{RunID: runID, Durable: true}, write: write, done: make(chan error, 1)}
 	if err := s.enqueue(ctx, op); err != nil {
 		return err
 	}
-	select {
-	case err := <-op.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return <-op.done
 }
 
 // Append implements store.EventStore.

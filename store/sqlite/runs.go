@@ -421,13 +421,9 @@ func (s *Store) ReleaseRun(ctx context.Context, id string, epoch int64, u store.
 	if err := s.enqueue(ctx, op); err != nil {
 		return err
 	}
-	select {
-	case err := <-op.done:
-		if err != nil {
-			return classify(err)
-		}
-	case <-ctx.Done():
-		return ctx.Err()
+	// Waited for even if ctx ends: the op sets *released.
+	if err := <-op.done; err != nil {
+		return classify(err)
 	}
 	if err := s.takeSticky(id, epoch); err != nil {
 		return err
