@@ -290,19 +290,27 @@ func (p *parser) object(i, depth int, top bool) (int, bool) {
 				p.addHit(hit{field: f, value: p.data[vi:ve]})
 			}
 		}
-		i = p.space(ve)
-		if i >= len(p.data) {
-			return p.fail(i)
-		}
-		switch p.data[i] {
-		case ',':
-			i = p.space(i + 1)
-		case '}':
-			return i + 1, true
-		default:
-			return p.fail(i)
+		var done bool
+		if i, done, ok = p.after(ve, '}'); !ok || done {
+			return i, ok
 		}
 	}
+}
+
+// after reads what follows a member or an element that ends at i: a comma
+// (the offset of the next one) or close (done, the offset after it).
+func (p *parser) after(i int, close byte) (next int, done, ok bool) {
+	i = p.space(i)
+	if i < len(p.data) {
+		switch p.data[i] {
+		case ',':
+			return p.space(i + 1), false, true
+		case close:
+			return i + 1, true, true
+		}
+	}
+	next, _ = p.fail(i)
+	return next, false, false
 }
 
 func (p *parser) array(i, depth int) (int, bool) {
@@ -318,17 +326,9 @@ func (p *parser) array(i, depth int) (int, bool) {
 		if !ok {
 			return e, false
 		}
-		i = p.space(e)
-		if i >= len(p.data) {
-			return p.fail(i)
-		}
-		switch p.data[i] {
-		case ',':
-			i = p.space(i + 1)
-		case ']':
-			return i + 1, true
-		default:
-			return p.fail(i)
+		var done bool
+		if i, done, ok = p.after(e, ']'); !ok || done {
+			return i, ok
 		}
 	}
 }

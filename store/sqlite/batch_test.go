@@ -17,23 +17,11 @@ import (
 // is handed exactly the committed ones.
 func TestBatchWithAFailingAppend(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Now()
 	epochs := map[string]int64{}
 	for _, id := range []string{"good", "fenced", "gap"} {
-		if err := s.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
-			Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
-			t.Fatal(err)
-		}
-		r, err := s.ClaimRunByID(ctx, id, "w", time.Minute, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[id] = r.LeaseEpoch
+		epochs[id] = createAndClaim(t, s, id, "w", base).LeaseEpoch
 	}
 	var fedMu sync.Mutex
 	fed := map[string][]int64{}
@@ -117,23 +105,11 @@ func TestBatchWithAFailingAppend(t *testing.T) {
 // empty Flush among them) are still written one by one.
 func TestBatchJoinsARunsAppends(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Now()
 	epochs := map[string]int64{}
 	for _, id := range []string{"joined", "flushed"} {
-		if err := s.CreateRun(ctx, &store.Run{ID: id, Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
-			Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
-			t.Fatal(err)
-		}
-		r, err := s.ClaimRunByID(ctx, id, "w", time.Minute, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		epochs[id] = r.LeaseEpoch
+		epochs[id] = createAndClaim(t, s, id, "w", base).LeaseEpoch
 	}
 	op := func(id string, seq int64, n int, u *store.RunUpdate) *appendOp {
 		o := &appendOp{req: store.AppendRequest{RunID: id, Epoch: epochs[id], Update: u, Durable: true}, done: make(chan error, 1)}
@@ -186,20 +162,9 @@ func TestBatchJoinsARunsAppends(t *testing.T) {
 // not land must not end its run as if they had.
 func TestReleaseAfterAFailedAppendInItsBatch(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Now()
-	if err := s.CreateRun(ctx, &store.Run{ID: "r", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
-		Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ClaimRunByID(ctx, "r", "w", time.Minute, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := createAndClaim(t, s, "r", "w", base)
 	gap := &appendOp{req: store.AppendRequest{RunID: "r", Epoch: r.LeaseEpoch,
 		Events: []store.Event{{RunID: "r", Seq: 7, Type: "step_started", At: now, Payload: []byte(`{}`)}}}}
 	done := store.StatusCompleted

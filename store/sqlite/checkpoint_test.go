@@ -21,21 +21,10 @@ import (
 // database under steady load).
 func TestCheckpointerKeepsTheLogBounded(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := Open(ctx, Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
+	dir := s.Dir()
 	now := time.Now()
-	if err := s.CreateRun(ctx, &store.Run{ID: "r", Tenant: "t", User: "u", Agent: "a", AgentVersion: 1, Task: "x",
-		Mode: "async", Status: store.StatusQueued, CreatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ClaimRunByID(ctx, "r", "w", time.Minute, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := createAndClaim(t, s, "r", "w", base)
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
 	for range 4 {
