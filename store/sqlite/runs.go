@@ -255,27 +255,14 @@ func (s *Store) claimNext(ctx context.Context, owner string, ttl time.Duration, 
 
 	// Then claim in the writer's next group commit, looking again there:
 	// another worker may have claimed the run meanwhile.
-	var r *store.Run
-	err = s.writeInBatch(ctx, "", func(wctx context.Context, tx *sql.Tx) error {
-		r = nil
-		if ctx.Err() != nil {
-			return nil // the caller gave up: claim nothing
-		}
+	return s.claimInBatch(ctx, "", owner, ttl, now, func(wctx context.Context, tx *sql.Tx) (string, error) {
 		var id string
 		err := tx.QueryRowContext(wctx, pickInteractive, nowArg).Scan(&id, &created)
 		if errors.Is(err, sql.ErrNoRows) && !interactiveOnly {
 			err = s.claimFair(wctx, tx, nowArg, &id)
 		}
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		r, err = s.stmts.lease(wctx, tx, id, owner, ttl, now)
-		return err
+		return id, err
 	})
-	return s.claimed(ctx, r, err)
 }
 
 // claimFair picks the background run to claim and charges its tenant.
@@ -307,21 +294,32 @@ const runnable = `(
 
 // claim leases run id if it is runnable, in the writer's next group commit.
 func (s *Store) claim(ctx context.Context, id, owner string, ttl time.Duration, now time.Time) (*store.Run, error) {
+	return s.claimInBatch(ctx, id, owner, ttl, now, func(wctx context.Context, tx *sql.Tx) (string, error) {
+		var got string
+		err := tx.StmtContext(wctx, s.stmts.claimable).QueryRowContext(wctx, sql.Named("now", micros(now)), sql.Named("id", id)).Scan(&got)
+		return got, err
+	})
+}
+
+// claimInBatch leases to owner the run pick chooses (sql.ErrNoRows: none)
+// in the writer's next group commit, looking there because another worker
+// may have claimed it meanwhile. runID is the run's id when known.
+func (s *Store) claimInBatch(ctx context.Context, runID, owner string, ttl time.Duration, now time.Time,
+	pick func(ctx context.Context, tx *sql.Tx) (string, error)) (*store.Run, error) {
 	var r *store.Run
-	err := s.writeInBatch(ctx, id, func(wctx context.Context, tx *sql.Tx) error {
+	err := s.writeInBatch(ctx, runID, func(wctx context.Context, tx *sql.Tx) error {
 		r = nil
 		if ctx.Err() != nil {
 			return nil // the caller gave up: claim nothing
 		}
-		var got string
-		err := tx.StmtContext(wctx, s.stmts.claimable).QueryRowContext(wctx, sql.Named("now", micros(now)), sql.Named("id", id)).Scan(&got)
+		id, err := pick(wctx, tx)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		r, err = s.stmts.lease(wctx, tx, got, owner, ttl, now)
+		r, err = s.stmts.lease(wctx, tx, id, owner, ttl, now)
 		return err
 	})
 	return s.claimed(ctx, r, err)
