@@ -197,7 +197,10 @@ async function viewRuns(v, q) {
     const top = sel * ROW;
     if (top < scroll.scrollTop) scroll.scrollTop = top;
     else if (top + 2 * ROW > scroll.scrollTop + scroll.clientHeight) scroll.scrollTop = top + 2 * ROW - scroll.clientHeight;
-    mark();
+    // The window follows the selection now, not on the scroll event's next
+    // frame: key presses faster than frames (a held key, or events sent in
+    // one task) would otherwise move the selection out of the drawn rows.
+    draw(false);
   };
   S.keys = { j: () => move(1), k: () => move(-1), Enter: () => runs[sel] && (location.hash = "#/run/" + runs[sel].id) };
   const gen = S.timers; // this view's generation
